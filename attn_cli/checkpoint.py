@@ -1,0 +1,83 @@
+"""Self-describing checkpoints, written atomically.
+
+A checkpoint holds the config, both tokenizer models, the model weights, and the training state
+(step, epoch, optimizer, scheduler, RNG states, metrics), so it alone rebuilds a translator or
+resumes a run. Saving writes a temporary file in the same directory and renames it over the old
+one: a crash mid-save never leaves a broken checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from attn_cli.config import Config, config_from_dict, config_to_dict
+from attn_cli.model import Transformer, build_model
+from attn_cli.tokenizer import Tokenizers
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass
+class Checkpoint:
+    config: Config
+    tokenizers: Tokenizers
+    model: Transformer
+    step: int = 0
+    epoch: int = 0
+    metrics: dict = field(default_factory=dict)
+    training_state: dict = field(default_factory=dict)  # optimizer, scheduler, RNG
+
+
+def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, model: Transformer, step: int,
+                    epoch: int, metrics: Optional[dict] = None, training_state: Optional[dict] = None) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "config": config_to_dict(config),
+        "tokenizers": tokenizers.to_state(),
+        "model": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+        "step": step,
+        "epoch": epoch,
+        "metrics": metrics or {},
+        "training_state": training_state or {},
+    }
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a truncated or foreign file
+        raise CheckpointError(f"{path} is not a readable attn checkpoint: {error}") from None
+    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} is not an attn checkpoint of format {FORMAT_VERSION}")
+    config = config_from_dict(payload["config"])
+    tokenizers = Tokenizers.from_state(payload["tokenizers"])
+    model = build_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+    model.load_state_dict(payload["model"])
+    model.to(device).eval()
+    return Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
+                      payload["training_state"])

@@ -1,0 +1,338 @@
+"""Typed, validated configuration loaded from YAML.
+
+Every section is a frozen dataclass. `load_config` reads a YAML file, applies `--set key=value`
+overrides and builds the dataclasses, checking types and values before any work starts. Every
+error names the full YAML path of the offending key and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the YAML path of the key at fault in its message."""
+
+
+def _fail(path: str, message: str) -> None:
+    raise ConfigError(f"{path}: {message}" if path else message)
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """Where parallel sentences come from. Which fields matter depends on `format`."""
+
+    format: Literal["tsv", "jsonl", "text", "hf"] = "tsv"
+    path: Optional[str] = None  # tsv, jsonl; a saved dataset directory for hf (load_from_disk)
+    src_path: Optional[str] = None  # text: one sentence per line, aligned with tgt_path
+    tgt_path: Optional[str] = None
+    src_column: int = 0  # tsv: zero-based column numbers; other columns are ignored
+    tgt_column: int = 1
+    src_field: str = "en"  # jsonl and hf: field names; "translation.en" reaches into a dict
+    tgt_field: str = "zh"
+    hf_name: Optional[str] = None  # hf: a hub name, or a builder such as "json" with data_files
+    hf_config: Optional[str] = None
+    hf_split: str = "train"
+    hf_data_files: Optional[str] = None
+
+    def validate(self, path: str) -> None:
+        if self.format in ("tsv", "jsonl") and not self.path:
+            _fail(f"{path}.path", f"format {self.format!r} needs a file path, e.g. path: data/corpus.{self.format}")
+        if self.format == "text" and not (self.src_path and self.tgt_path):
+            _fail(path, "format 'text' needs both src_path and tgt_path (two aligned files, one sentence per line)")
+        if self.format == "hf" and not (self.hf_name or self.path):
+            _fail(path, "format 'hf' needs hf_name (a hub dataset or a builder like 'json') or path (a dataset saved with save_to_disk)")
+        if self.format == "tsv":
+            for key in ("src_column", "tgt_column"):
+                if getattr(self, key) < 0:
+                    _fail(f"{path}.{key}", f"{getattr(self, key)} is negative; columns count from 0")
+            if self.src_column == self.tgt_column:
+                _fail(f"{path}.tgt_column", f"{self.tgt_column} equals src_column; source and target must be different columns")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    valid_corpus: Optional[CorpusConfig] = None  # when absent, valid and test are split off the corpus
+    test_corpus: Optional[CorpusConfig] = None
+    src_lang: str = "en"
+    tgt_lang: str = "zh"
+    valid_size: int = 500
+    test_size: int = 1000
+    split_seed: int = 1
+    max_pairs: Optional[int] = None  # read at most this many pairs (after shuffling), for smoke runs
+    max_source_tokens: int = 128
+    max_target_tokens: int = 128
+    max_length_ratio: float = 4.0  # drop training pairs whose token lengths differ more than this
+    strict: bool = False  # malformed lines are an error instead of being skipped and reported
+
+    def validate(self, path: str) -> None:
+        self.corpus.validate(f"{path}.corpus")
+        for key in ("valid_corpus", "test_corpus"):
+            if getattr(self, key) is not None:
+                getattr(self, key).validate(f"{path}.{key}")
+        for key in ("valid_size", "test_size"):
+            if getattr(self, key) < 0:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 0")
+        for key in ("max_source_tokens", "max_target_tokens"):
+            if getattr(self, key) < 1:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        if self.max_pairs is not None and self.max_pairs < 1:
+            _fail(f"{path}.max_pairs", f"{self.max_pairs} must be >= 1, or null for the whole corpus")
+        if self.max_length_ratio < 1:
+            _fail(f"{path}.max_length_ratio", f"{self.max_length_ratio} must be >= 1")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: int = 8000
+    joint: bool = True  # one vocabulary for both languages; separate models when false
+    character_coverage: float = 0.9995  # below 1.0 so rare Chinese characters fall back to bytes
+    byte_fallback: bool = True  # no input is ever unencodable
+    max_training_sentences: int = 2_000_000
+
+    def validate(self, path: str) -> None:
+        if self.vocab_size < 300:
+            _fail(f"{path}.vocab_size", f"{self.vocab_size} is too small; byte fallback alone needs 256 + 4 pieces, use >= 300")
+        if not 0.9 <= self.character_coverage <= 1.0:
+            _fail(f"{path}.character_coverage", f"{self.character_coverage} must be in [0.9, 1.0]; 0.9995 suits Chinese")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 256
+    num_heads: int = 4
+    ffn_dim: int = 1024
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = 256
+    norm: Literal["pre", "post"] = "pre"
+    share_embeddings: bool = True  # needs a joint vocabulary
+
+    def validate(self, path: str) -> None:
+        for key in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
+            if getattr(self, key) < 1:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        if self.d_model % self.num_heads:
+            _fail(f"{path}.num_heads", f"{self.num_heads} must divide {path}.d_model={self.d_model}")
+        for key in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = 1
+    threads: Optional[int] = None  # CPU threads for torch; null keeps torch's default
+    max_tokens: int = 4096  # token budget of one batch (source or target, whichever is longer, incl. padding)
+    max_epochs: int = 100
+    max_steps: Optional[int] = None
+    max_minutes: Optional[float] = None  # wall-clock budget of the training loop
+    lr: float = 7e-4
+    warmup_steps: int = 1000
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+    label_smoothing: float = 0.1
+    valid_every: int = 1000  # steps between validations (and checkpoints)
+    valid_bleu: bool = True
+    log_every: int = 10
+
+    def validate(self, path: str) -> None:
+        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+            _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
+        for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every"):
+            if getattr(self, key) < 1:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            _fail(f"{path}.max_steps", f"{self.max_steps} must be >= 1, or null for no limit")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
+        if self.threads is not None and self.threads < 1:
+            _fail(f"{path}.threads", f"{self.threads} must be >= 1, or null")
+        if self.lr <= 0:
+            _fail(f"{path}.lr", f"{self.lr} must be > 0")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            _fail(f"{path}.label_smoothing", f"{self.label_smoothing} must be in [0, 1)")
+        if self.clip_norm < 0:
+            _fail(f"{path}.clip_norm", f"{self.clip_norm} must be >= 0 (0 turns clipping off)")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            _fail(f"{path}.betas", f"{list(self.betas)} must be two numbers in [0, 1)")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_len_a: float = 1.5  # output may have up to a * source_length + b tokens
+    max_len_b: int = 10
+    max_tokens: int = 8000  # token budget of one decoding batch
+
+    def validate(self, path: str) -> None:
+        if self.max_len_a < 0 or self.max_len_b < 1:
+            _fail(path, f"max_len_a={self.max_len_a} must be >= 0 and max_len_b={self.max_len_b} >= 1")
+        if self.max_tokens < 1:
+            _fail(f"{path}.max_tokens", f"{self.max_tokens} must be >= 1")
+
+
+@dataclass(frozen=True)
+class Config:
+    run_dir: str = "runs/en-zh"
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def validate(self, path: str = "") -> None:
+        self.data.validate("data")
+        self.tokenizer.validate("tokenizer")
+        self.model.validate("model")
+        self.train.validate("train")
+        self.decode.validate("decode")
+        if self.model.share_embeddings and not self.tokenizer.joint:
+            _fail("model.share_embeddings", "true needs tokenizer.joint=true; set one of them differently")
+        longest = max(self.data.max_source_tokens, self.data.max_target_tokens) + 2
+        if self.model.positions == "learned" and longest > self.model.max_positions:
+            _fail("model.max_positions", f"{self.model.max_positions} is shorter than the longest sentence "
+                  f"data.max_*_tokens + 2 = {longest}; raise it or lower the data limits")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building dataclasses from plain YAML values, with the YAML path in every error.
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, path)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            _fail(path, f"{value!r} is not one of {', '.join(repr(c) for c in choices)}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            _fail(path, f"{value!r} must be a list of {len(args)} values")
+        return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            _fail(path, f"{value!r} must be true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(path, f"{value!r} must be a whole number")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(path, f"{value!r} must be a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(path, f"{value!r} must be a string")
+        return value
+    raise TypeError(f"unsupported config type {tp} at {path}")
+
+
+def _build(cls: type, values: Any, path: str) -> Any:
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        _fail(path, f"must be a mapping of keys to values, not {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            where = f"{path}.{key}" if path else str(key)
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+            _fail(where, f"unknown key{hint}")
+    kwargs = {}
+    for key, value in values.items():
+        kwargs[key] = _convert(value, hints[key], f"{path}.{key}" if path else key)
+    return cls(**kwargs)
+
+
+def config_from_dict(values: dict) -> Config:
+    config = _build(Config, values, "")
+    config.validate()
+    return config
+
+
+def config_to_dict(config: Config) -> dict:
+    def plain(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def apply_override(values: dict, override: str) -> None:
+    """Apply one `section.key=value` override in place; the value is parsed as YAML."""
+    if "=" not in override:
+        raise ConfigError(f"--set {override!r}: expected section.key=value, e.g. --set train.max_steps=100")
+    dotted, raw = override.split("=", 1)
+    keys = dotted.strip().split(".")
+    node = values
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {override!r}: {key} is not a section")
+        node = child
+    node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path} (try configs/en-zh.yaml or configs/tiny.yaml)")
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for override in overrides:
+        apply_override(values, override)
+    try:
+        return config_from_dict(values)
+    except ConfigError as error:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{error}") from None
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")

@@ -1,0 +1,445 @@
+"""Parallel corpora: reading, splitting, length filtering and token-budget batching.
+
+Readers turn a `CorpusConfig` into a list of (source, target) string pairs. Malformed lines are
+skipped and recorded in a `ReadReport` (or raise `DataError` in strict mode) so one bad line never
+costs a whole corpus. `split_pairs` carves valid/test sets off a corpus without letting a source
+sentence leak across splits. `token_batches` and `collate` turn tokenized examples into padded
+tensors with as little padding as a length-bucketed batcher can manage.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import torch
+
+from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+Pair = tuple[str, str]
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class DataError(ValueError):
+    """A data problem; the message names the file and line (or the config key) and the fix."""
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    source: str  # file path, or "hf:<name>" for Hugging Face datasets
+    line: int  # 1-based line number (row index + 1 for datasets)
+    reason: str
+
+
+@dataclass
+class ReadReport:
+    """What a reader kept and skipped; may be shared by several `read_corpus` calls."""
+
+    read: int = 0  # pairs kept
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+    def summary(self, limit: int = 5) -> str:
+        """One line for the log, e.g. "skipped 3 malformed lines: cmn.txt:12 (empty target), ..."."""
+        if not self.skipped:
+            return ""
+        count = len(self.skipped)
+        shown = ", ".join(f"{s.source}:{s.line} ({s.reason})" for s in self.skipped[:limit])
+        more = f", and {count - limit} more" if count > limit else ""
+        return f"skipped {count} malformed line{'s' if count != 1 else ''}: {shown}{more}"
+
+
+class _Skipper:
+    """Handles one malformed line: raise in strict mode, otherwise record it and carry on."""
+
+    def __init__(self, strict: bool, report: Optional[ReadReport]):
+        self.strict = strict
+        self.report = report
+
+    def skip(self, source: str, line: int, reason: str) -> None:
+        if self.strict:
+            raise DataError(f"{source}:{line}: {reason} (set data.strict: false to skip such lines)")
+        if self.report is not None:
+            self.report.skipped.append(SkippedLine(source, line, reason))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
+                config_key: str = "data.corpus") -> list[Pair]:
+    """Read all (source, target) pairs that `cfg` describes, with surrounding whitespace stripped.
+
+    `config_key` is the YAML path of `cfg`, used only in error messages (e.g. "data.valid_corpus").
+    """
+    skipper = _Skipper(strict, report)
+    if cfg.format == "tsv":
+        pairs = _read_tsv(cfg, skipper, config_key)
+    elif cfg.format == "jsonl":
+        pairs = _read_jsonl(cfg, skipper, config_key)
+    elif cfg.format == "text":
+        pairs = _read_text(cfg, skipper, config_key)
+    elif cfg.format == "hf":
+        pairs = _read_hf(cfg, skipper, config_key)
+    else:
+        raise DataError(f"{config_key}.format: {cfg.format!r} is not one of 'tsv', 'jsonl', 'text', 'hf'")
+    if report is not None:
+        report.read += len(pairs)
+    return pairs
+
+
+def _read_lines(path: Optional[str], key: str) -> list[bytes]:
+    """The file's lines as raw bytes (BOM removed), so each line can be decoded on its own."""
+    if not path or not Path(path).is_file():
+        raise DataError(f"corpus file not found: {path} (check {key} in your config; "
+                        "relative paths are resolved from the current directory)")
+    data = Path(path).read_bytes()
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    lines = data.split(b"\n")
+    # A final newline ends the last line; it does not start an extra empty one.
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+def _decode(raw: bytes) -> Optional[str]:
+    """The line as text, or None when it is not valid UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _empty_side(src: str, tgt: str) -> Optional[str]:
+    if not src:
+        return "empty source"
+    if not tgt:
+        return "empty target"
+    return None
+
+
+def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+    needed = max(cfg.src_column, cfg.tgt_column) + 1
+    pairs: list[Pair] = []
+    for number, raw in enumerate(_read_lines(cfg.path, f"{key}.path"), start=1):
+        line = _decode(raw)
+        if line is None:
+            skipper.skip(cfg.path, number, "invalid UTF-8")
+            continue
+        # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
+        if not line.strip() and "\t" not in line:
+            continue
+        fields = line.split("\t")
+        if len(fields) < needed:
+            skipper.skip(cfg.path, number, f"expected at least {needed} tab-separated fields, found {len(fields)}")
+            continue
+        src, tgt = fields[cfg.src_column].strip(), fields[cfg.tgt_column].strip()
+        problem = _empty_side(src, tgt)
+        if problem:
+            skipper.skip(cfg.path, number, problem)
+            continue
+        pairs.append((src, tgt))
+    return pairs
+
+
+_MISSING = object()
+
+
+def _lookup(record: Any, dotted: str) -> tuple[Optional[str], Optional[str]]:
+    """(value, None) for a string reached by `a.b.c` through nested dicts, else (None, problem)."""
+    value: Any = record
+    for part in dotted.split("."):
+        value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is _MISSING:
+            return None, f"missing field {dotted!r}"
+    if not isinstance(value, str):
+        kind = "null" if value is None else type(value).__name__
+        return None, f"field {dotted!r} is {kind}, not a string"
+    return value.strip(), None
+
+
+def _pair_from_record(record: Any, src_field: str, tgt_field: str) -> tuple[Optional[Pair], Optional[str]]:
+    """The pair in one JSON object or dataset row, or the reason it has none."""
+    src, problem = _lookup(record, src_field)
+    if problem:
+        return None, problem
+    tgt, problem = _lookup(record, tgt_field)
+    if problem:
+        return None, problem
+    problem = _empty_side(src, tgt)
+    return (None, problem) if problem else ((src, tgt), None)
+
+
+def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+    pairs: list[Pair] = []
+    for number, raw in enumerate(_read_lines(cfg.path, f"{key}.path"), start=1):
+        line = _decode(raw)
+        if line is None:
+            skipper.skip(cfg.path, number, "invalid UTF-8")
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            skipper.skip(cfg.path, number, f"invalid JSON ({error.msg})")
+            continue
+        if not isinstance(record, dict):
+            skipper.skip(cfg.path, number, f"expected a JSON object, found {type(record).__name__}")
+            continue
+        pair, problem = _pair_from_record(record, cfg.src_field, cfg.tgt_field)
+        if problem:
+            skipper.skip(cfg.path, number, problem)
+            continue
+        pairs.append(pair)
+    return pairs
+
+
+def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+    src_lines = _read_lines(cfg.src_path, f"{key}.src_path")
+    tgt_lines = _read_lines(cfg.tgt_path, f"{key}.tgt_path")
+    if len(src_lines) != len(tgt_lines):
+        # Misaligned files would pair every later sentence with the wrong translation.
+        raise DataError(f"aligned text files differ in length: {cfg.src_path} has {len(src_lines)} lines, "
+                        f"{cfg.tgt_path} has {len(tgt_lines)} (check {key}.src_path and {key}.tgt_path; "
+                        "line N of one must translate line N of the other)")
+    pairs: list[Pair] = []
+    for number, (src_raw, tgt_raw) in enumerate(zip(src_lines, tgt_lines), start=1):
+        src, tgt = _decode(src_raw), _decode(tgt_raw)
+        if src is None or tgt is None:
+            skipper.skip(cfg.src_path if src is None else cfg.tgt_path, number, "invalid UTF-8")
+            continue
+        src, tgt = src.strip(), tgt.strip()
+        if not src and not tgt:
+            continue
+        if not src or not tgt:
+            skipper.skip(cfg.src_path if not src else cfg.tgt_path, number, _empty_side(src, tgt))
+            continue
+        pairs.append((src, tgt))
+    return pairs
+
+
+def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+    dataset = _open_hf_dataset(cfg, key)
+    source = f"hf:{cfg.path or cfg.hf_name}"
+    src_column = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")
+    tgt_column = _hf_column(dataset, cfg.tgt_field, source, f"{key}.tgt_field")
+    src_top, tgt_top = cfg.src_field.split(".")[0], cfg.tgt_field.split(".")[0]
+    pairs: list[Pair] = []
+    for row, (src_value, tgt_value) in enumerate(zip(src_column, tgt_column), start=1):
+        # Rebuild a minimal row so dotted names resolve exactly as they do for JSON lines.
+        record = {src_top: src_value, tgt_top: tgt_value}
+        pair, problem = _pair_from_record(record, cfg.src_field, cfg.tgt_field)
+        if problem:
+            skipper.skip(source, row, problem)
+            continue
+        pairs.append(pair)
+    return pairs
+
+
+def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
+    import datasets  # slow to import; only this format needs it
+
+    if cfg.path:
+        if not Path(cfg.path).is_dir():
+            raise DataError(f"dataset directory not found: {cfg.path} (check {key}.path in your config; it must be "
+                            "a directory written by Dataset.save_to_disk; relative paths are resolved from the "
+                            "current directory)")
+        loaded = datasets.load_from_disk(cfg.path)
+        if isinstance(loaded, datasets.DatasetDict):
+            if cfg.hf_split not in loaded:
+                raise DataError(f"{cfg.path}: no split {cfg.hf_split!r} (check {key}.hf_split; "
+                                f"available: {', '.join(loaded.keys())})")
+            loaded = loaded[cfg.hf_split]
+        return loaded
+    extra = {"data_files": cfg.hf_data_files} if cfg.hf_data_files else {}
+    try:
+        return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
+    except FileNotFoundError as error:
+        raise DataError(f"dataset {cfg.hf_name!r} could not be loaded: {error} (check {key}.hf_name "
+                        f"and {key}.hf_data_files)") from None
+
+
+def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> Iterable[Any]:
+    """The top-level column that `dotted` starts in; a missing column is a config error, not a bad row."""
+    top = dotted.split(".")[0]
+    if top not in dataset.column_names:
+        raise DataError(f"{source}: no column {top!r} for {key}={dotted!r} "
+                        f"(available columns: {', '.join(dataset.column_names)})")
+    return dataset[top]
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting
+
+
+@dataclass
+class Splits:
+    train: list[Pair]
+    valid: list[Pair]
+    test: list[Pair]
+
+
+def _groups_by_source(pairs: Sequence[Pair]) -> list[list[Pair]]:
+    """Pairs grouped by source sentence, groups in order of first appearance."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0], []).append(pair)
+    return list(groups.values())
+
+
+def _take_groups(groups: list[list[Pair]], start: int, size: int) -> tuple[list[Pair], int]:
+    """Whole groups from `start` until at least `size` pairs are taken; returns them and the next start."""
+    taken: list[Pair] = []
+    while len(taken) < size and start < len(groups):
+        taken.extend(groups[start])
+        start += 1
+    return taken, start
+
+
+def split_pairs(pairs: Sequence[Pair], valid_size: int, test_size: int, seed: int) -> Splits:
+    """Seeded split into train/valid/test, keeping all translations of a source sentence together.
+
+    Test is filled first, then valid, with whole groups of pairs sharing a source sentence, until
+    each holds at least its size; so a split may exceed its size by less than its last group (a
+    group of one adds nothing extra). Everything left is train, in shuffled order.
+    """
+    groups = _groups_by_source(pairs)
+    random.Random(seed).shuffle(groups)
+    test, next_group = _take_groups(groups, 0, test_size)
+    valid, next_group = _take_groups(groups, next_group, valid_size)
+    train = [pair for group in groups[next_group:] for pair in group]
+    if not train:
+        raise DataError(f"data.valid_size={valid_size} and data.test_size={test_size} leave no training data: "
+                        f"the corpus has {len(pairs)} pairs with {len(groups)} distinct source sentences; "
+                        "lower the sizes or use a larger corpus")
+    return Splits(train=train, valid=valid, test=test)
+
+
+def sample_pairs(pairs: Sequence[Pair], count: int, seed: int) -> list[Pair]:
+    """A seeded random subset of `count` pairs in corpus order (a head slice of a length-sorted
+    corpus would hold only short sentences)."""
+    if count >= len(pairs):
+        return list(pairs)
+    chosen = sorted(random.Random(seed).sample(range(len(pairs)), count))
+    return [pairs[i] for i in chosen]
+
+
+def load_splits(cfg: DataConfig, report: Optional[ReadReport] = None) -> Splits:
+    """Train/valid/test pairs: separate corpora where configured, otherwise split off `cfg.corpus`."""
+    pairs = read_corpus(cfg.corpus, cfg.strict, report, "data.corpus")
+    if cfg.max_pairs is not None:
+        pairs = sample_pairs(pairs, cfg.max_pairs, cfg.split_seed)
+    valid = read_corpus(cfg.valid_corpus, cfg.strict, report, "data.valid_corpus") if cfg.valid_corpus else None
+    test = read_corpus(cfg.test_corpus, cfg.strict, report, "data.test_corpus") if cfg.test_corpus else None
+    if valid is not None and test is not None:
+        return Splits(train=pairs, valid=valid, test=test)
+    carved = split_pairs(pairs,
+                         valid_size=0 if valid is not None else cfg.valid_size,
+                         test_size=0 if test is not None else cfg.test_size,
+                         seed=cfg.split_seed)
+    return Splits(train=carved.train,
+                  valid=valid if valid is not None else carved.valid,
+                  test=test if test is not None else carved.test)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenized examples and batching
+
+
+@dataclass(frozen=True)
+class Example:
+    index: int  # position in the original list, so outputs can be put back in order
+    src: list[int]  # token ids, no BOS/EOS
+    tgt: list[int]  # token ids, no BOS/EOS; empty for source-only decoding input
+
+
+def filter_by_length(examples: list[Example], max_source_tokens: int, max_target_tokens: int,
+                     max_length_ratio: float) -> tuple[list[Example], int]:
+    """Training examples within the length limits and ratio; returns them and how many were dropped."""
+    def keep(example: Example) -> bool:
+        src_len, tgt_len = len(example.src), len(example.tgt)
+        if not (1 <= src_len <= max_source_tokens and 1 <= tgt_len <= max_target_tokens):
+            return False
+        return max(src_len, tgt_len) / min(src_len, tgt_len) <= max_length_ratio
+
+    kept = [example for example in examples if keep(example)]
+    return kept, len(examples) - len(kept)
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) long: source ids + EOS, right-padded with PAD_ID
+    tgt_in: torch.Tensor  # (B, T) long: BOS + target ids, right-padded (teacher forcing input)
+    tgt_out: torch.Tensor  # (B, T) long: target ids + EOS, right-padded (labels)
+    indices: list[int]  # Example.index of each row
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
+
+    @property
+    def num_target_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+    @property
+    def num_source_tokens(self) -> int:
+        return int((self.src != PAD_ID).sum())
+
+
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    tensor = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tensor[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+    return tensor
+
+
+def collate(examples: list[Example]) -> Batch:
+    """Pad a list of examples into one batch; the source gets EOS, the target BOS (in) and EOS (out)."""
+    if not examples:
+        raise ValueError("collate needs at least one example")
+    return Batch(src=_padded([e.src + [EOS_ID] for e in examples]),
+                 tgt_in=_padded([[BOS_ID] + e.tgt for e in examples]),
+                 tgt_out=_padded([e.tgt + [EOS_ID] for e in examples]),
+                 indices=[e.index for e in examples])
+
+
+def token_batches(examples: list[Example], max_tokens: int, shuffle: bool, seed: int = 0,
+                  epoch: int = 0) -> list[list[int]]:
+    """Positions into `examples`, grouped into length-bucketed batches of at most `max_tokens`.
+
+    A batch's cost is its padded size on the longer side: rows * max(longest src + 1, longest tgt + 1).
+    An example over budget on its own still forms a batch of one. With `shuffle`, ties in length are
+    broken and batches are ordered by a generator seeded from (seed, epoch): repeatable, yet
+    different every epoch.
+    """
+    rng = random.Random(seed * 1000003 + epoch)
+    tie_break = [rng.random() for _ in examples] if shuffle else list(range(len(examples)))
+    order = sorted(range(len(examples)),
+                   key=lambda i: (len(examples[i].src) + 1, len(examples[i].tgt) + 1, tie_break[i]))
+    batches = _cut_by_budget(examples, order, max_tokens)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def _cut_by_budget(examples: list[Example], order: list[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive runs of `order` whose padded size stays within `max_tokens`."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    longest = 0
+    for position in order:
+        length = max(len(examples[position].src), len(examples[position].tgt)) + 1
+        if batch and (len(batch) + 1) * max(longest, length) > max_tokens:
+            batches.append(batch)
+            batch, longest = [], 0
+        batch.append(position)
+        longest = max(longest, length)
+    if batch:
+        batches.append(batch)
+    return batches

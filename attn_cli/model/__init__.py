@@ -1,0 +1,6 @@
+"""The Transformer model: attention, the KV cache, and the encoder–decoder."""
+
+from attn_cli.model.cache import KVCache
+from attn_cli.model.transformer import Encoded, Transformer, build_model
+
+__all__ = ["Encoded", "KVCache", "Transformer", "build_model"]

@@ -1,0 +1,205 @@
+"""The encoder–decoder Transformer (Vaswani et al., 2017).
+
+Narrow API: `encode(src)` once per source, `decode(tgt_in, encoded, cache)` for teacher forcing
+or one incremental step, and `forward(src, tgt_in)` for training. Layers take numbers; only
+`build_model` reads the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from attn_cli.config import ModelConfig
+from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
+from attn_cli.model.cache import KVCache, LayerCache
+from attn_cli.tokenizer import PAD_ID
+
+# Attention weights by kind ("encoder", "decoder_self", "cross"), one (B, heads, T, S) per layer.
+AttentionWeights = dict[str, list[torch.Tensor]]
+
+
+@dataclass
+class Encoded:
+    memory: torch.Tensor  # (B, S, D) encoder output
+    mask: torch.Tensor  # (B, 1, 1, S) True where a source token may be attended to
+
+    def select(self, rows: torch.Tensor) -> "Encoded":
+        return Encoded(self.memory.index_select(0, rows), self.mask.index_select(0, rows))
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sin/cos encodings; computed for any length, so decoding is never cut short."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._table(max_positions), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        position = torch.arange(length, dtype=torch.float32)[:, None]
+        frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(length, self.d_model)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency[: self.d_model // 2])
+        return table
+
+    def forward(self, start: int, length: int) -> torch.Tensor:
+        if start + length > self.table.shape[0]:
+            self.table = self._table(2 * (start + length)).to(self.table.device)
+        return self.table[start : start + length]
+
+
+class LearnedPositions(nn.Module):
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.max_positions = max_positions
+        self.embedding = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+
+    def forward(self, start: int, length: int) -> torch.Tensor:
+        if start + length > self.max_positions:
+            raise ValueError(f"position {start + length} is beyond model.max_positions={self.max_positions}")
+        return self.embedding.weight[start : start + length]
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+
+
+class Residual(nn.Module):
+    """x + dropout(sublayer(...)) with LayerNorm before the sublayer (pre-LN) or after the sum (post-LN)."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, sublayer) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        out, weights = sublayer(self.norm(x) if self.pre_norm else x)
+        x = x + self.dropout(out)
+        return (x if self.pre_norm else self.norm(x)), weights
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
+        self.attention_residual = Residual(d_model, dropout, pre_norm)
+        self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
+
+    def forward(self, x, mask, need_weights=False):
+        x, weights = self.attention_residual(x, lambda h: self.self_attention(h, mask=mask, need_weights=need_weights))
+        x, _ = self.feed_forward_residual(x, lambda h: (self.feed_forward(h), None))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
+        self.self_residual = Residual(d_model, dropout, pre_norm)
+        self.cross_residual = Residual(d_model, dropout, pre_norm)
+        self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
+
+    def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
+        x, self_weights = self.self_residual(
+            x, lambda h: self.self_attention(h, mask=self_mask, cache=cache, need_weights=need_weights))
+        x, cross_weights = self.cross_residual(
+            x, lambda h: self.cross_attention(h, memory, mask=memory_mask, cache=cache, need_weights=need_weights))
+        x, _ = self.feed_forward_residual(x, lambda h: (self.feed_forward(h), None))
+        return x, self_weights, cross_weights
+
+
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, num_heads: int, ffn_dim: int,
+                 encoder_layers: int, decoder_layers: int, dropout: float = 0.1, attention_dropout: float = 0.0,
+                 positions: str = "sinusoidal", max_positions: int = 256, pre_norm: bool = True,
+                 share_embeddings: bool = True):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("shared embeddings need one vocabulary for source and target")
+        self.d_model = d_model
+        self.embed_scale = math.sqrt(d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model, padding_idx=PAD_ID)
+        self.src_embedding = self.tgt_embedding if share_embeddings else nn.Embedding(src_vocab_size, d_model, padding_idx=PAD_ID)
+        for embedding in {self.src_embedding, self.tgt_embedding}:
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+            nn.init.zeros_(embedding.weight[PAD_ID])
+        position_class = SinusoidalPositions if positions == "sinusoidal" else LearnedPositions
+        self.src_positions = position_class(d_model, max_positions)
+        self.tgt_positions = position_class(d_model, max_positions)
+        self.embedding_dropout = nn.Dropout(dropout)
+        layer_args = (d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
+        # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
+        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+
+    def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: nn.Module, start: int = 0) -> torch.Tensor:
+        x = embedding(ids) * self.embed_scale + positions(start, ids.shape[1]).to(embedding.weight.dtype)
+        return self.embedding_dropout(x)
+
+    def encode(self, src: torch.Tensor, attention: Optional[AttentionWeights] = None) -> Encoded:
+        """src (B, S) ids ending in EOS, right-padded -> the encoder output and its padding mask."""
+        mask = key_padding_mask(src, PAD_ID)
+        x = self._embed(src, self.src_embedding, self.src_positions)
+        for layer in self.encoder_layers:
+            x, weights = layer(x, mask, need_weights=attention is not None)
+            if attention is not None:
+                attention.setdefault("encoder", []).append(weights)
+        return Encoded(self.encoder_norm(x), mask)
+
+    def decode(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
+               attention: Optional[AttentionWeights] = None) -> torch.Tensor:
+        """Next-token logits (B, T, V) for every position of tgt_in (B, T).
+
+        Without a cache, tgt_in is the whole (teacher-forced) prefix under the causal mask. With a
+        cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
+        new query may see every cached key, so no mask is needed for a single-step update.
+        """
+        start = cache.steps if cache is not None else 0
+        length = tgt_in.shape[1]
+        if cache is None:
+            self_mask = causal_mask(length, tgt_in.device) & key_padding_mask(tgt_in, PAD_ID)
+        elif length == 1:
+            self_mask = None
+        else:  # several new positions at once: causal among themselves, all cached keys visible
+            self_mask = torch.ones(length, start + length, dtype=torch.bool, device=tgt_in.device).tril(start)[None, None]
+        x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
+        for index, layer in enumerate(self.decoder_layers):
+            layer_cache = cache.layers[index] if cache is not None else None
+            x, self_weights, cross_weights = layer(x, self_mask, encoded.memory, encoded.mask, layer_cache,
+                                                   need_weights=attention is not None)
+            if attention is not None:
+                attention.setdefault("decoder_self", []).append(self_weights)
+                attention.setdefault("cross", []).append(cross_weights)
+        if cache is not None:
+            cache.steps += length
+        # The output projection is the target embedding matrix (weight tying).
+        return self.decoder_norm(x) @ self.tgt_embedding.weight.t()
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt_in, self.encode(src))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.decoder_layers))
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
+    return Transformer(
+        src_vocab_size, tgt_vocab_size, d_model=cfg.d_model, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
+        encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers, dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout, positions=cfg.positions, max_positions=cfg.max_positions,
+        pre_norm=cfg.norm == "pre", share_embeddings=cfg.share_embeddings,
+    )

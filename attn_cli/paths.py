@@ -1,0 +1,46 @@
+"""Where a run keeps its files. One place, so train, translate and eval agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @classmethod
+    def of(cls, run_dir: str | Path) -> "RunPaths":
+        return cls(Path(run_dir))
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"  # the resolved config, overrides applied
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / "tokenizer"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"  # the valid and test splits as plain text, one sentence per line
+
+    def split_file(self, split: str, language: str) -> Path:
+        return self.data_dir / f"{split}.{language}"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.checkpoint_dir / "best.pt"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoint_dir / "last.pt"
+
+    @property
+    def metrics_log(self) -> Path:
+        return self.root / "metrics.jsonl"

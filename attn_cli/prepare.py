@@ -1,0 +1,64 @@
+"""Turn a config into what training needs: the corpus split three ways and the tokenizers.
+
+The valid and test splits are written into the run directory as plain text, so `attn eval` and
+anyone else can score against exactly the sentences the model never trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from attn_cli.config import Config
+from attn_cli.data import ReadReport, Splits, load_splits
+from attn_cli.paths import RunPaths
+from attn_cli.tokenizer import Tokenizers, train_tokenizers
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Prepared:
+    splits: Splits
+    tokenizers: Tokenizers
+    report: ReadReport = field(default_factory=ReadReport)
+
+
+def read_splits(cfg: Config, log: Log = print) -> tuple[Splits, ReadReport]:
+    report = ReadReport()
+    splits = load_splits(cfg.data, report)
+    if report.skipped:
+        log(report.summary())
+    log(f"corpus: {len(splits.train):,} training, {len(splits.valid):,} validation, {len(splits.test):,} test pairs")
+    return splits, report
+
+
+def write_splits(cfg: Config, splits: Splits) -> None:
+    paths = RunPaths.of(cfg.run_dir)
+    paths.data_dir.mkdir(parents=True, exist_ok=True)
+    for name, pairs in (("valid", splits.valid), ("test", splits.test)):
+        for side, language in enumerate((cfg.data.src_lang, cfg.data.tgt_lang)):
+            text = "".join(pair[side].replace("\n", " ") + "\n" for pair in pairs)
+            paths.split_file(name, language).write_text(text, encoding="utf-8")
+
+
+def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retrain: bool = False) -> Tokenizers:
+    """Reuse the run's tokenizer when it has one, so resumed and repeated runs keep their vocabulary."""
+    directory = RunPaths.of(cfg.run_dir).tokenizer_dir
+    if Tokenizers.exists(directory) and not retrain:
+        log(f"tokenizer: reusing {directory}")
+        return Tokenizers.load(directory)
+    kind = "joint" if cfg.tokenizer.joint else "separate"
+    log(f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
+        f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(splits.train):,} training pairs")
+    tokenizers = train_tokenizers([p[0] for p in splits.train], [p[1] for p in splits.train],
+                                  cfg.tokenizer, seed=cfg.train.seed)
+    tokenizers.save(directory)
+    log(f"tokenizer: saved to {directory}")
+    return tokenizers
+
+
+def prepare(cfg: Config, log: Log = print) -> Prepared:
+    splits, report = read_splits(cfg, log)
+    write_splits(cfg, splits)
+    return Prepared(splits, train_or_load_tokenizers(cfg, splits, log), report)

@@ -1,0 +1,85 @@
+"""The live training display: one Rich panel that redraws in place on a terminal, and plain log
+lines when the output is a file or a pipe (CI logs, `nohup`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+@dataclass
+class TrainingStatus:
+    step: int
+    epoch: int
+    loss: float
+    learning_rate: float
+    tokens_per_second: float
+    elapsed: float
+    eta: Optional[float]
+    best: str = ""
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(min(self.loss, 50.0))
+
+    def line(self) -> str:
+        return (f"step {self.step:,}  epoch {self.epoch}  loss {self.loss:.3f}  ppl {self.perplexity:.1f}  "
+                f"lr {self.learning_rate:.2e}  {self.tokens_per_second:,.0f} tok/s  "
+                f"elapsed {format_duration(self.elapsed)}  eta {format_duration(self.eta)}")
+
+
+class TrainingDisplay:
+    """Use as a context manager; `update` at every log step, `log` for lasting messages."""
+
+    def __init__(self, console: Optional[Console] = None, quiet: bool = False):
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.quiet = quiet
+        self._live: Optional[Live] = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> "TrainingDisplay":
+        if self.console.is_terminal and not self.quiet:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def log(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, highlight=False)
+
+    def update(self, status: TrainingStatus) -> None:
+        if self.quiet:
+            return
+        if self._live is not None:
+            self._live.update(self._table(status))
+        elif time.monotonic() - self._last_plain >= 30:  # a log file gets a line every 30 s
+            self._last_plain = time.monotonic()
+            self.console.print(status.line(), highlight=False)
+
+    @staticmethod
+    def _table(status: TrainingStatus) -> Table:
+        table = Table(title="attn train", show_header=True, header_style="bold")
+        for column in ("step", "epoch", "loss", "ppl", "lr", "tok/s", "elapsed", "ETA", "best"):
+            table.add_column(column, justify="right")
+        table.add_row(f"{status.step:,}", str(status.epoch), f"{status.loss:.3f}", f"{status.perplexity:.1f}",
+                      f"{status.learning_rate:.2e}", f"{status.tokens_per_second:,.0f}",
+                      format_duration(status.elapsed), format_duration(status.eta), status.best or "-")
+        return table

@@ -1,0 +1,257 @@
+"""The training loop: teacher forcing, label-smoothed cross entropy, AdamW with inverse-square-root
+warmup, gradient clipping, periodic validation (loss and BLEU) and atomic checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from attn_cli.checkpoint import save_checkpoint
+from attn_cli.config import Config, save_config
+from attn_cli.data import Batch, Example, collate, filter_by_length, token_batches
+from attn_cli.decode import translate_sentences
+from attn_cli.evaluate import score_translations
+from attn_cli.model import Transformer, build_model
+from attn_cli.paths import RunPaths
+from attn_cli.prepare import prepare
+from attn_cli.progress import TrainingDisplay, TrainingStatus
+from attn_cli.tokenizer import PAD_ID, Tokenizers
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"train.device={name} but no CUDA GPU is visible; use train.device=auto or cpu")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):
+    """The one precision switch: bf16 autocast, or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def inverse_sqrt_schedule(warmup_steps: int):
+    """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+    return factor
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
+    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
+    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss, int((labels != PAD_ID).sum())
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
+    sources = tokenizers.source.encode([p[0] for p in pairs])
+    targets = tokenizers.target.encode([p[1] for p in pairs])
+    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
+
+
+@dataclass
+class TrainResult:
+    step: int
+    epoch: int
+    elapsed: float  # seconds in the training loop
+    best_metrics: dict
+    paths: RunPaths
+
+
+class Trainer:
+    def __init__(self, cfg: Config, display: TrainingDisplay):
+        self.cfg = cfg
+        self.display = display
+        self.paths = RunPaths.of(cfg.run_dir)
+        self.device = resolve_device(cfg.train.device)
+        if cfg.train.threads is not None:
+            torch.set_num_threads(cfg.train.threads)
+        set_seed(cfg.train.seed)
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.paths.config)
+
+        prepared = prepare(cfg, display.log)
+        self.tokenizers = prepared.tokenizers
+        self.valid_pairs = prepared.splits.valid
+        train_examples = encode_examples(prepared.splits.train, self.tokenizers)
+        self.train_examples, dropped = filter_by_length(train_examples, cfg.data.max_source_tokens,
+                                                        cfg.data.max_target_tokens, cfg.data.max_length_ratio)
+        if dropped:
+            display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
+        if not self.train_examples:
+            raise ValueError("no training pairs left after the length filters; raise data.max_source_tokens, "
+                             "data.max_target_tokens or data.max_length_ratio")
+        self.valid_examples = encode_examples(self.valid_pairs, self.tokenizers)
+
+        set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
+        self.model: Transformer = build_model(cfg.model, self.tokenizers.source.vocab_size,
+                                              self.tokenizers.target.vocab_size).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+                                           weight_decay=cfg.train.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
+        self.step = 0
+        self.epoch = 0
+        self.best_metrics: dict = {}
+        parameters = sum(p.numel() for p in self.model.parameters())
+        display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {cfg.train.precision}; "
+                    f"{len(self.train_examples):,} training pairs")
+
+    # -- one step -------------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> float:
+        self.model.train()
+        with autocast(self.device, self.cfg.train.precision):
+            logits = self.model(batch.src, batch.tgt_in)
+        loss_sum, tokens = label_smoothed_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+        (loss_sum / tokens).backward()
+        if self.cfg.train.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss_sum.item() / tokens
+
+    # -- validation and checkpoints -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def validation_loss(self) -> float:
+        """Mean per-token negative log-likelihood on the validation split, without smoothing."""
+        self.model.eval()
+        total, tokens = 0.0, 0
+        for positions in token_batches(self.valid_examples, self.cfg.train.max_tokens, shuffle=False):
+            batch = collate([self.valid_examples[p] for p in positions]).to(self.device)
+            with autocast(self.device, self.cfg.train.precision):
+                logits = self.model(batch.src, batch.tgt_in)
+            loss_sum, count = label_smoothed_loss(logits, batch.tgt_out, 0.0)
+            total, tokens = total + loss_sum.item(), tokens + count
+        return total / max(tokens, 1)
+
+    def validation_bleu(self) -> float:
+        self.model.eval()
+        decode = self.cfg.decode
+        with autocast(self.device, self.cfg.train.precision):
+            hypotheses = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
+                                             decode.max_len_a, decode.max_len_b, decode.max_tokens)
+        scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
+        return scores[0].score
+
+    def validate_and_save(self, elapsed: float) -> None:
+        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(elapsed, 1)}
+        if self.valid_examples:
+            metrics["valid_loss"] = self.validation_loss()
+            metrics["valid_ppl"] = math.exp(min(metrics["valid_loss"], 50))
+            if self.cfg.train.valid_bleu:
+                metrics["valid_bleu"] = self.validation_bleu()
+        improved = self._is_better(metrics)
+        if improved:
+            self.best_metrics = metrics
+        self._save(self.paths.last_checkpoint, metrics)
+        if improved:
+            self._save(self.paths.best_checkpoint, metrics)
+        with self.paths.metrics_log.open("a", encoding="utf-8") as log:
+            log.write(json.dumps(metrics) + "\n")
+        shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+        self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
+
+    def _is_better(self, metrics: dict) -> bool:
+        if not self.best_metrics:
+            return True
+        if "valid_bleu" in metrics:
+            return metrics["valid_bleu"] > self.best_metrics["valid_bleu"]
+        if "valid_loss" in metrics:
+            return metrics["valid_loss"] < self.best_metrics["valid_loss"]
+        return True  # nothing to compare on: the newest is the best
+
+    def _save(self, path, metrics: dict) -> None:
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, state)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _budget_spent(self, elapsed: float) -> bool:
+        train = self.cfg.train
+        if train.max_steps is not None and self.step >= train.max_steps:
+            return True
+        return train.max_minutes is not None and elapsed >= train.max_minutes * 60
+
+    def _eta(self, elapsed: float, steps_per_epoch: int) -> Optional[float]:
+        train = self.cfg.train
+        seconds_per_step = elapsed / max(self.step, 1)
+        total_steps = train.max_epochs * steps_per_epoch
+        if train.max_steps is not None:
+            total_steps = min(total_steps, train.max_steps)
+        eta = (total_steps - self.step) * seconds_per_step
+        if train.max_minutes is not None:
+            eta = min(eta, train.max_minutes * 60 - elapsed)
+        return eta
+
+    def run(self) -> TrainResult:
+        train = self.cfg.train
+        start = time.monotonic()
+        window_tokens, window_start = 0, time.monotonic()
+        loss_average = None
+        stop = False
+        try:
+            while self.epoch < train.max_epochs and not stop:
+                self.epoch += 1
+                batches = token_batches(self.train_examples, train.max_tokens, shuffle=True,
+                                        seed=train.seed, epoch=self.epoch)
+                for positions in batches:
+                    batch = collate([self.train_examples[p] for p in positions]).to(self.device)
+                    loss = self.train_step(batch)
+                    loss_average = loss if loss_average is None else 0.98 * loss_average + 0.02 * loss
+                    window_tokens += batch.num_source_tokens + batch.num_target_tokens
+                    elapsed = time.monotonic() - start
+                    if self.step % train.log_every == 0:
+                        now = time.monotonic()
+                        self.display.update(TrainingStatus(
+                            self.step, self.epoch, loss_average, self.scheduler.get_last_lr()[0],
+                            window_tokens / max(now - window_start, 1e-9), elapsed,
+                            self._eta(elapsed, len(batches)), self._best_text()))
+                        window_tokens, window_start = 0, now
+                    if self._budget_spent(elapsed):
+                        stop = True
+                        break
+                    if self.step % train.valid_every == 0:
+                        self.validate_and_save(elapsed)
+        except KeyboardInterrupt:
+            self.display.log("interrupted: saving the last checkpoint before exiting")
+            self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, "interrupted": True})
+            raise
+        elapsed = time.monotonic() - start
+        if not self.best_metrics or self.best_metrics["step"] != self.step:
+            self.validate_and_save(elapsed)
+        return TrainResult(self.step, self.epoch, elapsed, self.best_metrics, self.paths)
+
+    def _best_text(self) -> str:
+        if "valid_bleu" in self.best_metrics:
+            return f"BLEU {self.best_metrics['valid_bleu']:.1f}"
+        if "valid_loss" in self.best_metrics:
+            return f"loss {self.best_metrics['valid_loss']:.3f}"
+        return ""
+
+
+def train(cfg: Config, display: Optional[TrainingDisplay] = None) -> TrainResult:
+    display = display or TrainingDisplay()
+    with display:
+        return Trainer(cfg, display).run()

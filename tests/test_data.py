@@ -1,0 +1,354 @@
+"""Tests for attn_cli.data: readers, splitting, length filtering, batching and collation."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.data import (
+    DataError,
+    Example,
+    ReadReport,
+    SkippedLine,
+    collate,
+    filter_by_length,
+    load_splits,
+    read_corpus,
+    split_pairs,
+    token_batches,
+)
+from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+JSONL_RECORDS = [
+    {"translation": {"en": "Hi.", "zh": "嗨。"}},
+    {"translation": {"en": " Run! ", "zh": "跑！"}},
+    {"translation": {"en": "Thank you.", "zh": "谢谢。"}},
+]
+JSONL_PAIRS = [("Hi.", "嗨。"), ("Run!", "跑！"), ("Thank you.", "谢谢。")]
+
+
+def write_bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def tsv_cfg(path: str) -> CorpusConfig:
+    return CorpusConfig(format="tsv", path=path)
+
+
+# ---------------------------------------------------------------------------------------------
+# TSV
+
+
+@pytest.fixture
+def messy_tsv(tmp_path: Path) -> str:
+    lines = [
+        "Hi.\t嗨。\tCC-BY 2.0 (France) Attribution: tatoeba.org",  # 1, BOM before it
+        "  Run!  \t 跑！ \tattribution",  # 2, padded sides
+        "",  # 3, blank: silently ignored
+        "only one field",  # 4, malformed
+        "Wait.\t\tattribution",  # 5, empty target
+        "Go.\t走。",  # 6, no attribution column
+        "",  # trailing empty line
+    ]
+    return write_bytes(tmp_path / "cmn.txt", b"\xef\xbb\xbf" + "\n".join(lines).encode("utf-8"))
+
+
+def test_tsv_reads_pairs_and_reports_malformed_lines(messy_tsv: str) -> None:
+    report = ReadReport()
+    pairs = read_corpus(tsv_cfg(messy_tsv), report=report)
+    assert pairs == [("Hi.", "嗨。"), ("Run!", "跑！"), ("Go.", "走。")]
+    assert report.read == 3
+    assert report.skipped == [
+        SkippedLine(messy_tsv, 4, "expected at least 2 tab-separated fields, found 1"),
+        SkippedLine(messy_tsv, 5, "empty target"),
+    ]
+    summary = report.summary()
+    assert summary.startswith("skipped 2 malformed lines: ")
+    assert f"{messy_tsv}:4 (expected" in summary and f"{messy_tsv}:5 (empty target)" in summary
+    assert ReadReport().summary() == ""
+
+
+def test_report_summary_truncates_long_lists() -> None:
+    report = ReadReport(skipped=[SkippedLine("a.txt", n, "empty target") for n in range(1, 9)])
+    summary = report.summary(limit=3)
+    assert summary == ("skipped 8 malformed lines: a.txt:1 (empty target), a.txt:2 (empty target), "
+                       "a.txt:3 (empty target), and 5 more")
+
+
+def test_tsv_strict_raises_with_file_and_line(messy_tsv: str) -> None:
+    with pytest.raises(DataError) as error:
+        read_corpus(tsv_cfg(messy_tsv), strict=True)
+    assert f"{messy_tsv}:4:" in str(error.value)
+    assert "data.strict" in str(error.value)
+
+
+def test_tsv_columns_are_configurable(tmp_path: Path) -> None:
+    path = write_bytes(tmp_path / "c.tsv", "id1\t你好\tHello\n".encode("utf-8"))
+    cfg = CorpusConfig(format="tsv", path=path, src_column=2, tgt_column=1)
+    assert read_corpus(cfg) == [("Hello", "你好")]
+
+
+def test_invalid_utf8_skips_only_that_line(tmp_path: Path) -> None:
+    data = "A.\t甲。\n".encode("utf-8") + b"B.\t\xff\xfe\n" + "C.\t丙。\n".encode("utf-8")
+    path = write_bytes(tmp_path / "bad.tsv", data)
+    report = ReadReport()
+    assert read_corpus(tsv_cfg(path), report=report) == [("A.", "甲。"), ("C.", "丙。")]
+    assert report.skipped == [SkippedLine(path, 2, "invalid UTF-8")]
+
+
+def test_missing_file_names_path_and_config_key(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.tsv")
+    with pytest.raises(DataError, match="data.corpus.path") as error:
+        read_corpus(tsv_cfg(missing))
+    assert missing in str(error.value)
+    text_cfg = CorpusConfig(format="text", src_path=missing, tgt_path=missing)
+    with pytest.raises(DataError, match="data.corpus.src_path"):
+        read_corpus(text_cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSONL and text
+
+
+def write_jsonl(path: Path, records: list, bad_line: str | None = None) -> str:
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    if bad_line is not None:
+        lines.insert(1, bad_line)
+    return write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def test_jsonl_nested_fields_and_bad_lines(tmp_path: Path) -> None:
+    records = JSONL_RECORDS + [{"translation": {"en": "No target."}}, {"translation": {"en": "N", "zh": 5}}]
+    path = write_jsonl(tmp_path / "c.jsonl", records, bad_line="{not json")
+    cfg = CorpusConfig(format="jsonl", path=path, src_field="translation.en", tgt_field="translation.zh")
+    report = ReadReport()
+    assert read_corpus(cfg, report=report) == JSONL_PAIRS
+    assert [(s.line, s.reason.split(" (")[0]) for s in report.skipped] == [
+        (2, "invalid JSON"),
+        (5, "missing field 'translation.zh'"),
+        (6, "field 'translation.zh' is int, not a string"),
+    ]
+    with pytest.raises(DataError, match=r"c\.jsonl:2: invalid JSON"):
+        read_corpus(cfg, strict=True)
+
+
+def test_text_format_reads_aligned_files(tmp_path: Path) -> None:
+    src = write_bytes(tmp_path / "c.en", b"Hi.\n\nRun!\nWait.\n")
+    tgt = write_bytes(tmp_path / "c.zh", "嗨。\n\n跑！\n\n".encode("utf-8"))
+    report = ReadReport()
+    pairs = read_corpus(CorpusConfig(format="text", src_path=src, tgt_path=tgt), report=report)
+    assert pairs == [("Hi.", "嗨。"), ("Run!", "跑！")]
+    assert report.skipped == [SkippedLine(tgt, 4, "empty target")]
+
+
+def test_text_format_mismatched_line_counts(tmp_path: Path) -> None:
+    src = write_bytes(tmp_path / "c.en", b"a\nb\nc\n")
+    tgt = write_bytes(tmp_path / "c.zh", b"x\ny\n")
+    with pytest.raises(DataError) as error:
+        read_corpus(CorpusConfig(format="text", src_path=src, tgt_path=tgt))
+    message = str(error.value)
+    assert src in message and tgt in message
+    assert "3 lines" in message and "has 2" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face datasets (offline: a local json file and a saved dataset)
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    # Keep load_dataset's cache inside the test directory.
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+
+
+def test_hf_json_builder_matches_jsonl_reader(tmp_path: Path, hf_cache: None) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", JSONL_RECORDS)
+    fields = dict(src_field="translation.en", tgt_field="translation.zh")
+    hf = CorpusConfig(format="hf", hf_name="json", hf_data_files=path, **fields)
+    assert read_corpus(hf) == read_corpus(CorpusConfig(format="jsonl", path=path, **fields)) == JSONL_PAIRS
+
+
+def test_hf_saved_dataset_round_trip(tmp_path: Path) -> None:
+    import datasets
+
+    saved = tmp_path / "saved"
+    rows = {"en": ["Hi.", " Run! ", "", "Thank you."], "zh": ["嗨。", "跑！", "空。", "谢谢。"]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(str(saved))
+    report = ReadReport()
+    pairs = read_corpus(CorpusConfig(format="hf", path=str(saved), hf_split="train"), report=report)
+    assert pairs == JSONL_PAIRS
+    assert report.skipped == [SkippedLine(f"hf:{saved}", 3, "empty source")]
+    with pytest.raises(DataError, match="hf_split"):
+        read_corpus(CorpusConfig(format="hf", path=str(saved), hf_split="validation"))
+    with pytest.raises(DataError, match="src_field"):
+        read_corpus(CorpusConfig(format="hf", path=str(saved), src_field="english"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting
+
+
+def duplicated_pairs() -> list[tuple[str, str]]:
+    """120 source sentences with 1-4 translations each, like Tatoeba's repeated English."""
+    rng = random.Random(7)
+    return [(f"sentence {s}", f"翻译 {s}-{t}") for s in range(120) for t in range(rng.randint(1, 4))]
+
+
+def test_split_sizes_and_no_source_leaks_across_splits() -> None:
+    pairs = duplicated_pairs()
+    splits = split_pairs(pairs, valid_size=30, test_size=40, seed=3)
+    # Filled with whole groups of at most 4: reaches the size, exceeds it by less than a group.
+    assert 40 <= len(splits.test) < 44 and 30 <= len(splits.valid) < 34
+    sources = [{src for src, _ in part} for part in (splits.train, splits.valid, splits.test)]
+    assert not (sources[0] & sources[1]) and not (sources[0] & sources[2]) and not (sources[1] & sources[2])
+    assert Counter(splits.train + splits.valid + splits.test) == Counter(pairs)
+
+
+def test_split_is_repeatable_per_seed() -> None:
+    pairs = duplicated_pairs()
+    assert split_pairs(pairs, 30, 40, seed=3) == split_pairs(pairs, 30, 40, seed=3)
+    assert split_pairs(pairs, 30, 40, seed=3).test != split_pairs(pairs, 30, 40, seed=4).test
+
+
+def test_split_too_small_corpus_raises() -> None:
+    pairs = [("a", "甲"), ("b", "乙"), ("b", "乙二")]
+    with pytest.raises(DataError, match="data.valid_size=1.*data.test_size=1"):
+        split_pairs(pairs, valid_size=1, test_size=1, seed=0)
+
+
+def length_sorted_tsv(path: Path, count: int) -> str:
+    lines = [f"{'w ' * n}{n}\t{'字' * n}" for n in range(1, count + 1)]
+    return write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def test_load_splits_max_pairs_samples_the_whole_corpus(tmp_path: Path) -> None:
+    path = length_sorted_tsv(tmp_path / "sorted.tsv", 200)
+    cfg = DataConfig(corpus=tsv_cfg(path), max_pairs=50, valid_size=5, test_size=5, split_seed=2)
+    splits = load_splits(cfg)
+    sampled = splits.train + splits.valid + splits.test
+    assert len(sampled) == 50 and len(set(sampled)) == 50
+    # A head slice would hold only the 50 shortest lines.
+    assert max(len(tgt) for _, tgt in sampled) > 100
+    assert load_splits(cfg) == splits
+
+
+def test_load_splits_uses_given_valid_and_test_corpora(tmp_path: Path) -> None:
+    train = length_sorted_tsv(tmp_path / "train.tsv", 30)
+    valid = write_bytes(tmp_path / "valid.tsv", "V.\t五。\n".encode("utf-8"))
+    test = write_bytes(tmp_path / "test.tsv", "T.\t题。\n".encode("utf-8"))
+    both = load_splits(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_corpus=tsv_cfg(test)))
+    assert len(both.train) == 30 and both.valid == [("V.", "五。")] and both.test == [("T.", "题。")]
+    only_valid = load_splits(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_size=4))
+    assert only_valid.valid == [("V.", "五。")] and len(only_valid.test) == 4 and len(only_valid.train) == 26
+
+
+# ---------------------------------------------------------------------------------------------
+# Length filtering, collation, batching
+
+
+def test_filter_by_length_drops_exactly_the_out_of_range() -> None:
+    examples = [
+        Example(0, [5] * 3, [6] * 4),  # kept
+        Example(1, [], [6]),  # empty source
+        Example(2, [5], []),  # empty target
+        Example(3, [5] * 11, [6] * 10),  # source too long
+        Example(4, [5] * 10, [6] * 9),  # kept: at the limits
+        Example(5, [5] * 2, [6] * 9),  # ratio 4.5
+        Example(6, [5] * 2, [6] * 8),  # kept: ratio exactly 4
+        Example(7, [5] * 3, [6] * 10),  # kept
+        Example(8, [5] * 3, [6] * 11),  # target too long
+    ]
+    kept, dropped = filter_by_length(examples, max_source_tokens=10, max_target_tokens=10, max_length_ratio=4.0)
+    assert [e.index for e in kept] == [0, 4, 6, 7]
+    assert dropped == 5
+
+
+def test_collate_shapes_markers_padding_and_indices() -> None:
+    batch = collate([Example(7, [10, 11, 12], [20]), Example(3, [13], [21, 22, 23, 24]), Example(9, [14], [])])
+    assert batch.src.tolist() == [[10, 11, 12, EOS_ID], [13, EOS_ID, PAD_ID, PAD_ID], [14, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [
+        [BOS_ID, 20, PAD_ID, PAD_ID, PAD_ID],
+        [BOS_ID, 21, 22, 23, 24],
+        [BOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+    ]
+    assert batch.tgt_out.tolist() == [
+        [20, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
+        [21, 22, 23, 24, EOS_ID],
+        [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+    ]
+    assert batch.src.dtype == batch.tgt_in.dtype == batch.tgt_out.dtype == torch.long
+    assert batch.indices == [7, 3, 9]
+    assert batch.num_source_tokens == 4 + 2 + 2 and batch.num_target_tokens == 2 + 5 + 1
+    assert batch.to("cpu").src.tolist() == batch.src.tolist()
+
+
+def random_examples(count: int, seed: int = 0) -> list[Example]:
+    """Random lengths 1-60, target length close to source length as in real sentence pairs."""
+    rng = random.Random(seed)
+    examples = []
+    for i in range(count):
+        src_len = rng.randint(1, 60)
+        examples.append(Example(i, [5] * src_len, [6] * max(1, src_len + rng.randint(-4, 4))))
+    return examples
+
+
+def padded_cost(examples: list[Example], batch: list[int]) -> int:
+    return len(batch) * max(max(len(examples[i].src), len(examples[i].tgt)) + 1 for i in batch)
+
+
+def test_token_batches_cover_all_within_budget() -> None:
+    examples = random_examples(500) + [Example(500, [5] * 300, [6] * 2)]  # alone exceeds the budget
+    for shuffle in (False, True):
+        batches = token_batches(examples, max_tokens=256, shuffle=shuffle, seed=1)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(examples)))
+        for batch in batches:
+            assert padded_cost(examples, batch) <= 256 or len(batch) == 1
+        assert [500] in batches
+
+
+def test_token_batches_sorted_order_without_shuffle() -> None:
+    examples = random_examples(200)
+    batches = token_batches(examples, max_tokens=300, shuffle=False)
+    flat = [i for batch in batches for i in batch]
+    keys = [(len(examples[i].src), len(examples[i].tgt)) for i in flat]
+    assert keys == sorted(keys)
+
+
+def test_token_batches_pad_less_than_random_batching() -> None:
+    examples = random_examples(600)
+    rng = random.Random(0)
+    shuffled = list(range(len(examples)))
+    rng.shuffle(shuffled)
+    # Random batching with the same batch sizes the bucketed batcher chose.
+    bucketed = token_batches(examples, max_tokens=400, shuffle=True, seed=0)
+    sizes = [len(batch) for batch in bucketed]
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    random_batches = [shuffled[s:s + n] for s, n in zip(starts, sizes)]
+    real = sum(max(len(e.src), len(e.tgt)) + 1 for e in examples)
+    bucketed_ratio = real / sum(padded_cost(examples, b) for b in bucketed)
+    random_ratio = real / sum(padded_cost(examples, b) for b in random_batches)
+    assert bucketed_ratio > 0.85 and bucketed_ratio > random_ratio + 0.2
+
+
+def test_token_batches_repeatable_per_epoch() -> None:
+    examples = random_examples(300)
+    first = token_batches(examples, max_tokens=300, shuffle=True, seed=5, epoch=0)
+    assert token_batches(examples, max_tokens=300, shuffle=True, seed=5, epoch=0) == first
+    assert token_batches(examples, max_tokens=300, shuffle=True, seed=5, epoch=1) != first
+    assert token_batches(examples, max_tokens=300, shuffle=True, seed=6, epoch=0) != first
+    # The batches themselves are shuffled, not only ties within them.
+    first_lengths = [len(examples[batch[0]].src) for batch in first]
+    assert first_lengths != sorted(first_lengths)
+
+
+def test_token_batches_empty_input() -> None:
+    assert token_batches([], max_tokens=100, shuffle=True) == []
