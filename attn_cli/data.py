@@ -124,14 +124,20 @@ def _empty_side(src: str, tgt: str) -> Optional[str]:
     return None
 
 
+def _decoded_lines(path: Optional[str], key: str, skipper: _Skipper) -> Iterable[tuple[int, str]]:
+    """(1-based line number, text) for each line that is valid UTF-8; the others are skipped."""
+    for number, raw in enumerate(_read_lines(path, key), start=1):
+        line = _decode(raw)
+        if line is None:
+            skipper.skip(path, number, "invalid UTF-8")
+            continue
+        yield number, line
+
+
 def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
     needed = max(cfg.src_column, cfg.tgt_column) + 1
     pairs: list[Pair] = []
-    for number, raw in enumerate(_read_lines(cfg.path, f"{key}.path"), start=1):
-        line = _decode(raw)
-        if line is None:
-            skipper.skip(cfg.path, number, "invalid UTF-8")
-            continue
+    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
         if not line.strip() and "\t" not in line:
             continue
@@ -178,11 +184,7 @@ def _pair_from_record(record: Any, src_field: str, tgt_field: str) -> tuple[Opti
 
 def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
     pairs: list[Pair] = []
-    for number, raw in enumerate(_read_lines(cfg.path, f"{key}.path"), start=1):
-        line = _decode(raw)
-        if line is None:
-            skipper.skip(cfg.path, number, "invalid UTF-8")
-            continue
+    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         if not line.strip():
             continue
         try:

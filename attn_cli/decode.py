@@ -33,12 +33,14 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     encoded = model.encode(src)
     batch = src.shape[0]
     limits = max_output_lengths(src, max_len_a, max_len_b)
+    if model.max_target_positions is not None:  # learned positions end; keep one for EOS
+        limits = limits.clamp(max=model.max_target_positions - 1)
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     cache = model.new_cache() if use_cache else None
     tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(steps):
-        logits = model.decode(tokens[:, -1:] if use_cache else tokens, encoded, cache)[:, -1]
+        logits = model.decode(tokens[:, -1:] if use_cache else tokens, encoded, cache)[:, -1].float()
         logits[:, _NEVER_EMITTED] = float("-inf")
         if exact_steps is not None:
             logits[:, EOS_ID] = float("-inf")

@@ -17,6 +17,10 @@ import sentencepiece as spm
 
 from attn_cli.config import TokenizerConfig
 
+class TokenizerError(ValueError):
+    """Tokenizer training or loading failed; the message names the config key to change."""
+
+
 # Fixed ids: the model, the batcher and the decoder rely on them.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -28,7 +32,7 @@ class Tokenizer:
         self.model_proto = model_proto
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
         if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError("tokenizer model has unexpected special ids; retrain it with `attn tokenizer`")
+            raise TokenizerError("tokenizer model has unexpected special ids; retrain it with `attn tokenizer --retrain`")
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
@@ -100,7 +104,7 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: in
     if len(sentences) > cfg.max_training_sentences:
         sentences = random.Random(seed).sample(sentences, cfg.max_training_sentences)
     if not sentences:
-        raise ValueError("no sentences to train the tokenizer on")
+        raise TokenizerError("no sentences to train the tokenizer on; check data.corpus")
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)  # the trainer's sampling, for repeatable vocabularies
     try:
@@ -119,7 +123,7 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: in
             minloglevel=2,
         )
     except RuntimeError as error:
-        raise ValueError(_explain_training_error(str(error), cfg)) from None
+        raise TokenizerError(_explain_training_error(str(error), cfg)) from None
     return Tokenizer(model.getvalue())
 
 

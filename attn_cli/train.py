@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from attn_cli.checkpoint import save_checkpoint
-from attn_cli.config import Config, save_config
-from attn_cli.data import Batch, Example, collate, filter_by_length, token_batches
+from attn_cli.config import Config, ConfigError, save_config
+from attn_cli.data import Batch, DataError, Example, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
@@ -30,7 +30,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device={name} but no CUDA GPU is visible; use train.device=auto or cpu")
+        raise ConfigError(f"train.device: {name} but no CUDA GPU is visible; use auto or cpu")
     return torch.device(name)
 
 
@@ -97,7 +97,7 @@ class Trainer:
         if dropped:
             display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
         if not self.train_examples:
-            raise ValueError("no training pairs left after the length filters; raise data.max_source_tokens, "
+            raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
                              "data.max_target_tokens or data.max_length_ratio")
         self.valid_examples = encode_examples(self.valid_pairs, self.tokenizers)
 

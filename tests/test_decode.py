@@ -1,0 +1,75 @@
+"""The KV cache must change nothing but speed."""
+
+import pytest
+import torch
+
+from attn_cli.data import Example, collate
+from attn_cli.decode import greedy_decode
+from attn_cli.tokenizer import BOS_ID
+
+from conftest import random_source, small_model
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned")])
+def test_cached_step_logits_equal_full_prefix_logits(variant):
+    model = small_model(**variant)
+    src = random_source(3, 7, lengths=[7, 4, 6])
+    encoded = model.encode(src)
+    cache = model.new_cache()
+    prefix = torch.full((3, 1), BOS_ID)
+    for _ in range(10):
+        cached = model.decode(prefix[:, -1:], encoded, cache)[:, -1]
+        full = model.decode(prefix, encoded)[:, -1]
+        torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+        prefix = torch.cat([prefix, full.argmax(-1, keepdim=True)], dim=1)
+
+
+def test_cached_greedy_decoding_equals_uncached():
+    for seed in range(5):
+        torch.manual_seed(seed)
+        model = small_model()
+        src = random_source(4, 9, lengths=[9, 2, 5, 7])
+        cached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6)
+        uncached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6, use_cache=False)
+        assert cached == uncached
+        assert any(len(out) > 0 for out in cached)
+
+
+def test_padding_a_batch_changes_no_decoded_sentence():
+    model = small_model()
+    sources = [torch.randint(4, 50, (n,)).tolist() for n in (8, 2, 5, 11)]
+    batch = collate([Example(i, s, []) for i, s in enumerate(sources)])
+    together = greedy_decode(model, batch.src)
+    for row, source in enumerate(sources):
+        assert greedy_decode(model, collate([Example(0, source, [])]).src) == [together[row]]
+
+
+def test_output_length_limit_follows_the_source_length():
+    model = small_model()
+    src = random_source(2, 10, lengths=[10, 3])
+    exact = greedy_decode(model, src, exact_steps=12)
+    assert [len(out) for out in exact] == [12, 12]
+    limited = greedy_decode(model, src, max_len_a=0.0, max_len_b=2)
+    assert all(len(out) <= 2 for out in limited)
+
+
+def test_cache_selects_rows():
+    model = small_model()
+    src = random_source(3, 5)
+    encoded = model.encode(src)
+    cache = model.new_cache()
+    first = torch.full((3, 1), BOS_ID)
+    model.decode(first, encoded, cache)
+    rows = torch.tensor([2, 0])
+    cache.select(rows)
+    step = torch.tensor([[7], [9]])
+    cached = model.decode(step, encoded.select(rows), cache)[:, -1]
+    full = model.decode(torch.cat([first[rows], step], dim=1), encoded.select(rows))[:, -1]
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+
+
+def test_learned_positions_cap_the_output_length_instead_of_crashing():
+    model = small_model(positions="learned", max_positions=8)
+    src = random_source(2, 6)
+    outputs = greedy_decode(model, src, max_len_a=3.0, max_len_b=10)
+    assert all(len(out) <= 7 for out in outputs)

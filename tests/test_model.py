@@ -1,0 +1,95 @@
+"""Properties of the Transformer that a wrong implementation would break."""
+
+import pytest
+import torch
+
+from attn_cli.data import Example, collate
+from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
+from attn_cli.tokenizer import BOS_ID, PAD_ID
+
+from conftest import random_source, small_model
+
+VARIANTS = [dict(), dict(pre_norm=False), dict(positions="learned"), dict(share_embeddings=False, tgt_vocab_size=40)]
+
+
+def test_explicit_attention_path_equals_fused_kernel_and_returns_weights():
+    attention = MultiHeadAttention(32, 4).eval()
+    query, memory = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    mask = key_padding_mask(torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]), PAD_ID)
+    fused, no_weights = attention(query, memory, mask=mask)
+    explicit, weights = attention(query, memory, mask=mask, need_weights=True)
+    assert no_weights is None
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert weights.shape == (3, 4, 5, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 5))
+    assert weights[1, :, :, 4:].abs().max() == 0 and weights[2, :, :, 2:].abs().max() == 0
+
+
+def test_causal_self_attention_weights_are_zero_above_the_diagonal():
+    model = small_model()
+    src, tgt = random_source(2, 6), torch.randint(4, 50, (2, 5))
+    attention = {}
+    model.decode(tgt, model.encode(src), attention=attention)
+    for weights in attention["decoder_self"]:
+        assert torch.all(weights.triu(diagonal=1) == 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+    assert len(attention["cross"]) == 2
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decoder_position_does_not_depend_on_later_target_tokens(variant):
+    model = small_model(**variant)
+    vocab = model.tgt_embedding.num_embeddings
+    src = random_source(2, 6)
+    tgt = torch.randint(4, vocab, (2, 8))
+    changed = tgt.clone()
+    changed[:, 5:] = torch.randint(4, vocab, (2, 3))
+    encoded = model.encode(src)
+    before, after = model.decode(tgt, encoded), model.decode(changed, encoded)
+    torch.testing.assert_close(before[:, :5], after[:, :5], atol=1e-6, rtol=0)
+    assert not torch.allclose(before[:, 5:], after[:, 5:])  # the later positions do see the change
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_encoder_position_depends_on_every_source_token(variant):
+    model = small_model(**variant)
+    src = random_source(1, 8)
+    base = model.encode(src).memory
+    for position in range(7):  # the last token is EOS
+        changed = src.clone()
+        changed[0, position] = 4 + (src[0, position] - 4 + 1) % 46
+        difference = (model.encode(changed).memory - base).abs().amax(dim=-1)[0]
+        assert torch.all(difference > 1e-6), f"changing source token {position} left some outputs unchanged"
+
+
+def test_permuting_the_source_changes_the_output():
+    model = small_model()
+    src = torch.tensor([[10, 11, 12, 13, 14, 3]])
+    permuted = torch.tensor([[14, 13, 12, 11, 10, 3]])
+    tgt = torch.tensor([[BOS_ID, 20, 21]])
+    # Without positions the encoder would be permutation-equivariant and the decoder's attention
+    # over the memory permutation-invariant, giving identical logits.
+    assert not torch.allclose(model(src, tgt), model(permuted, tgt), atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_changes_no_encoder_output_or_logits(variant):
+    model = small_model(**variant)
+    vocab = model.tgt_embedding.num_embeddings
+    examples = [Example(i, torch.randint(4, 50, (n,)).tolist(), torch.randint(4, vocab, (m,)).tolist())
+                for i, (n, m) in enumerate([(9, 7), (3, 2), (6, 9)])]
+    batch = collate(examples)
+    encoded = model.encode(batch.src)
+    logits = model.decode(batch.tgt_in, encoded)
+    for row, example in enumerate(examples):
+        alone = collate([example])
+        alone_encoded = model.encode(alone.src)
+        n, m = alone.src.shape[1], alone.tgt_in.shape[1]
+        torch.testing.assert_close(encoded.memory[row, :n], alone_encoded.memory[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits[row, :m], model.decode(alone.tgt_in, alone_encoded)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_causal_mask_shape_and_polarity():
+    mask = causal_mask(3, torch.device("cpu"))
+    assert mask.shape == (1, 1, 3, 3)
+    assert mask[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]

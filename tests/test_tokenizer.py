@@ -1,0 +1,37 @@
+import dataclasses
+
+import pytest
+
+from attn_cli.config import TokenizerConfig
+from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerError, Tokenizers, train_tokenizers
+
+ENGLISH = [f"I have {n} apples and {n + 1} pears." for n in range(300)]
+CHINESE = [f"我有{n}个苹果和{n + 1}个梨。" for n in range(300)]
+CONFIG = TokenizerConfig(vocab_size=300, character_coverage=1.0)
+
+
+def test_joint_vocabulary_round_trips_and_byte_fallback_encodes_anything(tmp_path):
+    tokenizers = train_tokenizers(ENGLISH, CHINESE, CONFIG)
+    assert tokenizers.joint
+    unseen = "Zebra 斑马 🦓"
+    ids = tokenizers.source.encode([unseen])[0]
+    assert UNK_ID not in ids
+    assert tokenizers.source.decode([ids]) == [unseen]
+    assert tokenizers.source.decode([[BOS_ID] + ids + [EOS_ID, PAD_ID]]) == [unseen]
+    tokenizers.save(tmp_path)
+    assert Tokenizers.load(tmp_path).source.encode([unseen]) == [ids]
+
+
+def test_separate_vocabularies_and_bpe(tmp_path):
+    tokenizers = train_tokenizers(ENGLISH, CHINESE, dataclasses.replace(CONFIG, joint=False, model_type="bpe"))
+    assert not tokenizers.joint
+    tokenizers.save(tmp_path)
+    reloaded = Tokenizers.load(tmp_path)
+    assert reloaded.target.encode(CHINESE[:3]) == tokenizers.target.encode(CHINESE[:3])
+    assert tokenizers.source.encode_pieces(["apples"]) != tokenizers.target.encode_pieces(["apples"])
+
+
+def test_too_small_vocabulary_says_which_key_to_change():
+    with pytest.raises(TokenizerError, match="raise tokenizer.vocab_size or lower tokenizer.character_coverage"):
+        train_tokenizers(ENGLISH, [c * 3 for c in "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长" * 3],
+                         dataclasses.replace(CONFIG, vocab_size=300))
