@@ -98,6 +98,9 @@ class TokenizerConfig:
     joint: bool = True  # one vocabulary for both languages; separate models when false
     character_coverage: float = 0.9995  # below 1.0 so rare Chinese characters fall back to bytes
     byte_fallback: bool = True  # no input is ever unencodable
+    # SentencePiece's usual nmt_nfkc would turn Chinese full-width punctuation (，？！：) into ASCII
+    # in every output, and the references keep it; identity leaves text as it is.
+    normalization: Literal["identity", "nfkc", "nmt_nfkc"] = "identity"
     max_training_sentences: int = 2_000_000
 
     def validate(self, path: str) -> None:

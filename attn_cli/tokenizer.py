@@ -115,6 +115,7 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: in
             vocab_size=cfg.vocab_size,
             character_coverage=cfg.character_coverage,
             byte_fallback=cfg.byte_fallback,
+            normalization_rule_name=cfg.normalization,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             # Sentences are short and numerous; shuffled input keeps sampling fair.
             input_sentence_size=cfg.max_training_sentences,
