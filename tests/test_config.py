@@ -9,9 +9,13 @@ from attn_cli.config import ConfigError, load_config
 REPO = Path(__file__).resolve().parents[1]
 
 
+CORPUS = "data:\n  corpus:\n    path: corpus.tsv\n"
+
+
 def write(tmp_path, text: str) -> Path:
+    """A config file of `text`, with a corpus path unless `text` has a data section of its own."""
     path = tmp_path / "config.yaml"
-    path.write_text(text)
+    path.write_text(text if text.startswith("data:") else CORPUS + text)
     return path
 
 
@@ -30,6 +34,7 @@ def test_shipped_configs_load(name):
     ("model:\n  dropout: 1.5\n", "model.dropout: 1.5 must be in [0, 1)"),
     ("tokenizer:\n  joint: false\n", "model.share_embeddings: true needs tokenizer.joint=true"),
     ("bogus: 1\n", "bogus: unknown key"),
+    ("data:\n  corpus:\n    format: tsv\n", "data.corpus.path: format 'tsv' needs a file path"),
     ("train:\n  max_steps: true\n", "train.max_steps: True must be a whole number"),
 ])
 def test_bad_values_name_the_yaml_path(tmp_path, text, expected):

@@ -5,7 +5,7 @@ import dataclasses
 import torch
 
 from attn_cli.checkpoint import load_checkpoint, save_checkpoint
-from attn_cli.config import Config, ModelConfig
+from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode
 from attn_cli.train import inverse_sqrt_schedule, label_smoothed_loss
@@ -63,7 +63,7 @@ def test_inverse_sqrt_schedule_warms_up_then_decays():
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
-    cfg = Config(model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
+    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
     tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
                                   dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
     vocab = tokenizers.source.vocab_size
