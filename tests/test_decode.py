@@ -73,3 +73,14 @@ def test_learned_positions_cap_the_output_length_instead_of_crashing():
     src = random_source(2, 6)
     outputs = greedy_decode(model, src, max_len_a=3.0, max_len_b=10)
     assert all(len(out) <= 7 for out in outputs)
+
+
+def test_cross_attention_keys_and_values_are_projected_once_per_source():
+    model = small_model()
+    calls = []
+    for layer in model.decoder_layers:
+        layer.cross_attention.k_proj.register_forward_hook(lambda *_: calls.append("k"))
+        layer.cross_attention.v_proj.register_forward_hook(lambda *_: calls.append("v"))
+    outputs = greedy_decode(model, random_source(2, 6), exact_steps=9)
+    assert len(outputs[0]) == 9
+    assert calls.count("k") == calls.count("v") == len(model.decoder_layers)
