@@ -208,40 +208,39 @@ class Trainer:
     def run(self) -> TrainResult:
         train = self.cfg.train
         start = time.monotonic()
-        window_tokens, window_start = 0, time.monotonic()
-        loss_average = None
-        stop = False
+        meter = _ThroughputMeter()
+        validated_step = 0
         try:
-            while self.epoch < train.max_epochs and not stop:
+            while self.epoch < train.max_epochs and not self._budget_spent(time.monotonic() - start):
                 self.epoch += 1
                 batches = token_batches(self.train_examples, train.max_tokens, shuffle=True,
                                         seed=train.seed, epoch=self.epoch)
                 for positions in batches:
                     batch = collate([self.train_examples[p] for p in positions]).to(self.device)
-                    loss = self.train_step(batch)
-                    loss_average = loss if loss_average is None else 0.98 * loss_average + 0.02 * loss
-                    window_tokens += batch.num_source_tokens + batch.num_target_tokens
+                    meter.add(self.train_step(batch), batch.num_source_tokens + batch.num_target_tokens)
                     elapsed = time.monotonic() - start
                     if self.step % train.log_every == 0:
-                        now = time.monotonic()
-                        self.display.update(TrainingStatus(
-                            self.step, self.epoch, loss_average, self.scheduler.get_last_lr()[0],
-                            window_tokens / max(now - window_start, 1e-9), elapsed,
-                            self._eta(elapsed, len(batches)), self._best_text()))
-                        window_tokens, window_start = 0, now
+                        self.display.update(self._status(meter, elapsed, len(batches)))
                     if self._budget_spent(elapsed):
-                        stop = True
                         break
                     if self.step % train.valid_every == 0:
                         self.validate_and_save(elapsed)
+                        validated_step = self.step
+                        self.display.update(self._status(meter, elapsed, len(batches)))
+                        meter.restart_window()  # validation time is not training throughput
         except KeyboardInterrupt:
             self.display.log("interrupted: saving the last checkpoint before exiting")
             self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, "interrupted": True})
             raise
         elapsed = time.monotonic() - start
-        if not self.best_metrics or self.best_metrics["step"] != self.step:
+        if validated_step != self.step:
             self.validate_and_save(elapsed)
         return TrainResult(self.step, self.epoch, elapsed, self.best_metrics, self.paths)
+
+    def _status(self, meter: "_ThroughputMeter", elapsed: float, steps_per_epoch: int) -> TrainingStatus:
+        return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
+                              meter.tokens_per_second(), elapsed, self._eta(elapsed, steps_per_epoch),
+                              self._best_text())
 
     def _best_text(self) -> str:
         if "valid_bleu" in self.best_metrics:
@@ -249,6 +248,26 @@ class Trainer:
         if "valid_loss" in self.best_metrics:
             return f"loss {self.best_metrics['valid_loss']:.3f}"
         return ""
+
+
+class _ThroughputMeter:
+    """A smoothed training loss, and tokens per second since the last display update."""
+
+    def __init__(self) -> None:
+        self.loss_average = float("nan")
+        self.restart_window()
+
+    def restart_window(self) -> None:
+        self._tokens, self._since = 0, time.monotonic()
+
+    def add(self, loss: float, tokens: int) -> None:
+        self.loss_average = loss if math.isnan(self.loss_average) else 0.98 * self.loss_average + 0.02 * loss
+        self._tokens += tokens
+
+    def tokens_per_second(self) -> float:
+        rate = self._tokens / max(time.monotonic() - self._since, 1e-9)
+        self.restart_window()
+        return rate
 
 
 def train(cfg: Config, display: Optional[TrainingDisplay] = None) -> TrainResult:

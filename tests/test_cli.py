@@ -103,3 +103,22 @@ def test_console_script_shows_help_with_examples():
     for command in ("train", "translate", "eval", "tokenizer"):
         help_text = invoke(command, "--help").stdout
         assert "Example:" in help_text and f"attn {command}" in help_text, command
+
+
+def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
+    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.train import Trainer
+
+    real_step = Trainer.train_step
+
+    def interrupted_at_step_7(self, batch):
+        if self.step == 7:
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted_at_step_7)
+    monkeypatch.chdir(REPO)
+    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}")
+    assert result.exit_code == 2
+    assert f"the last checkpoint is in {tmp_path / 'checkpoints' / 'last.pt'}" in result.output
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt").step == 7
