@@ -67,6 +67,14 @@ def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
     return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
 
+def _refuse_to_overwrite(paths: RunPaths) -> None:
+    """A new run must never silently replace the checkpoints of a finished one."""
+    existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
+    if existing:
+        raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
+                          f"train into another one (--set run_dir=...) or delete {paths.checkpoint_dir} to start over")
+
+
 @dataclass
 class TrainResult:
     step: int
@@ -85,8 +93,10 @@ class Trainer:
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
         set_seed(cfg.train.seed)
+        _refuse_to_overwrite(self.paths)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.paths.config)
+        self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
         prepared = prepare(cfg, display.log)
         self.tokenizers = prepared.tokenizers

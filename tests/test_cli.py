@@ -122,3 +122,16 @@ def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert f"the last checkpoint is in {tmp_path / 'checkpoints' / 'last.pt'}" in result.output
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt").step == 7
+
+
+def test_training_into_a_finished_run_is_refused(trained_run):
+    best = (trained_run / "checkpoints" / "best.pt").read_bytes()
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={trained_run}")
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2
+    assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
+    assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
