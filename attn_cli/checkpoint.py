@@ -1,8 +1,8 @@
 """Self-describing checkpoints, written atomically.
 
-A checkpoint holds the config, both tokenizer models, the model weights, and the training state
-(step, epoch, optimizer, scheduler, RNG states, metrics), so it alone rebuilds a translator or
-resumes a run. Saving writes a temporary file in the same directory and renames it over the old
+A checkpoint holds the config, both tokenizer models, the model weights, step, epoch and metrics,
+so it alone rebuilds a translator; it also keeps the optimizer, scheduler and RNG states that
+resuming a run needs. Saving writes a temporary file in the same directory and renames it over the old
 one: a crash mid-save never leaves a broken checkpoint behind.
 """
 

@@ -45,7 +45,9 @@ def train(config_path: Path, overrides: Sequence[str], console: Console) -> None
         try:
             result = run_training(cfg, TrainingDisplay(console))
         except KeyboardInterrupt:
-            raise UserError(f"interrupted; the last checkpoint is in {RunPaths.of(cfg.run_dir).last_checkpoint}") from None
+            last = RunPaths.of(cfg.run_dir).last_checkpoint
+            saved = f"; the last checkpoint is in {last}" if last.is_file() else " before the first checkpoint"
+            raise UserError(f"interrupted{saved}") from None
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
     console.print(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "
@@ -87,7 +89,7 @@ def find_checkpoint(run: Optional[Path], checkpoint: Optional[Path]) -> Path:
 def load_translator(run: Optional[Path], checkpoint: Optional[Path], device: str) -> Checkpoint:
     path = find_checkpoint(run, checkpoint)
     with user_errors():
-        return load_checkpoint(path, resolve_device(device))
+        return load_checkpoint(path, resolve_device(device, "--device"))
 
 
 def _translate(loaded: Checkpoint, sentences: Sequence[str], progress: Optional[Progress] = None) -> list[str]:
@@ -96,13 +98,7 @@ def _translate(loaded: Checkpoint, sentences: Sequence[str], progress: Optional[
     with torch.inference_mode():
         return translate_sentences(loaded.model, loaded.tokenizers, sentences, cfg.decode.max_len_a,
                                    cfg.decode.max_len_b, cfg.decode.max_tokens,
-                                   max_source_tokens=_source_limit(loaded),
                                    on_batch=(lambda n: progress.advance(task, n)) if progress else None)
-
-
-def _source_limit(loaded: Checkpoint) -> Optional[int]:
-    model = loaded.config.model
-    return model.max_positions - 1 if model.positions == "learned" else None
 
 
 def _progress(console: Console) -> Progress:
@@ -123,13 +119,16 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
               output_file: Optional[Path], device: str, console: Console) -> None:
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
+    lines = read_lines(input_file) if input_file else None
     loaded = load_translator(run, checkpoint, device)
-    out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
+    try:
+        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
+    except OSError as error:
+        raise UserError(f"cannot write --output {output_file}: {error.strerror}") from None
     try:
         if texts:
             _write(out, _translate(loaded, texts))
-        elif input_file:
-            lines = read_lines(input_file)
+        elif lines is not None:
             with _progress(console) as progress:
                 _write(out, _translate(loaded, lines, progress))
         else:  # stdin, line by line, so attn works at the end of a pipe
@@ -157,7 +156,8 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
     loaded = load_translator(None, checkpoint_path, device)
     cfg = loaded.config
     if src is None:
-        paths = RunPaths.of(run if run is not None else cfg.run_dir)
+        # A checkpoint lives in RUN/checkpoints/, so its run is two levels up.
+        paths = RunPaths.of(run if run is not None else checkpoint_path.parent.parent)
         src = paths.split_file("test", cfg.data.src_lang)
         ref = paths.split_file("test", cfg.data.tgt_lang)
         if not src.is_file():

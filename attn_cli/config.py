@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
+
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 class ConfigError(ValueError):
@@ -156,7 +160,7 @@ class TrainConfig:
     log_every: int = 10
 
     def validate(self, path: str) -> None:
-        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+        if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
         for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every"):
             if getattr(self, key) < 1:
@@ -207,10 +211,11 @@ class Config:
         self.decode.validate("decode")
         if self.model.share_embeddings and not self.tokenizer.joint:
             _fail("model.share_embeddings", "true needs tokenizer.joint=true; set one of them differently")
-        longest = max(self.data.max_source_tokens, self.data.max_target_tokens) + 2
+        # A source gets EOS and a decoder input gets BOS: one position more than the tokens.
+        longest = max(self.data.max_source_tokens, self.data.max_target_tokens) + 1
         if self.model.positions == "learned" and longest > self.model.max_positions:
             _fail("model.max_positions", f"{self.model.max_positions} is shorter than the longest sentence "
-                  f"data.max_*_tokens + 2 = {longest}; raise it or lower the data limits")
+                  f"data.max_*_tokens + 1 = {longest}; raise it or lower the data limits")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,6 +257,11 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             _fail(path, f"{value!r} must be a whole number")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 7e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(path, f"{value!r} must be a number")
         return float(value)
@@ -312,7 +322,10 @@ def apply_override(values: dict, override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"--set {override!r}: {key} is not a section")
         node = child
-    node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {override!r}: the value is not valid YAML; quote it or fix the brackets") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

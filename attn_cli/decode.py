@@ -66,17 +66,18 @@ def _strip(ids: Sequence[int]) -> list[int]:
 
 
 def translate_sentences(model: Transformer, tokenizers, sentences: Sequence[str], max_len_a: float = 1.5,
-                        max_len_b: int = 10, max_tokens: int = 8000, max_source_tokens: int | None = None,
+                        max_len_b: int = 10, max_tokens: int = 8000,
                         on_batch: Callable[[int], None] | None = None) -> list[str]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
-    An empty (or all-whitespace) sentence translates to an empty string. Sources longer than
-    `max_source_tokens` are truncated. `on_batch(n)` is told after each batch of n sentences.
+    An empty (or all-whitespace) sentence translates to an empty string. A source longer than the
+    model's learned positions reach is truncated to fit. `on_batch(n)` is told after each batch of
+    n sentences.
     """
     device = next(model.parameters()).device
     encoded = tokenizers.source.encode([s.strip() for s in sentences])
-    if max_source_tokens is not None:
-        encoded = [ids[:max_source_tokens] for ids in encoded]
+    if model.max_source_positions is not None:
+        encoded = [ids[: model.max_source_positions - 1] for ids in encoded]  # one position for EOS
     examples = [Example(index, ids, []) for index, ids in enumerate(encoded) if ids]
     results = [""] * len(sentences)
     for positions in token_batches(examples, max_tokens, shuffle=False):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from attn_cli.config import Config
+from attn_cli.config import Config, ConfigError
 from attn_cli.data import ReadReport, Splits, load_splits
 from attn_cli.paths import RunPaths
 from attn_cli.tokenizer import Tokenizers, train_tokenizers
@@ -46,8 +46,10 @@ def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retr
     """Reuse the run's tokenizer when it has one, so resumed and repeated runs keep their vocabulary."""
     directory = RunPaths.of(cfg.run_dir).tokenizer_dir
     if Tokenizers.exists(directory) and not retrain:
+        tokenizers = Tokenizers.load(directory)
+        _check_reused(tokenizers, cfg, directory)
         log(f"tokenizer: reusing {directory}")
-        return Tokenizers.load(directory)
+        return tokenizers
     kind = "joint" if cfg.tokenizer.joint else "separate"
     log(f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
         f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(splits.train):,} training pairs")
@@ -56,6 +58,16 @@ def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retr
     tokenizers.save(directory)
     log(f"tokenizer: saved to {directory}")
     return tokenizers
+
+
+def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
+    """A reused tokenizer must be the one the config describes, or the model is built wrong."""
+    sizes = {tokenizers.source.vocab_size, tokenizers.target.vocab_size}
+    if tokenizers.joint != cfg.tokenizer.joint or sizes != {cfg.tokenizer.vocab_size}:
+        kind = "joint" if tokenizers.joint else "separate"
+        raise ConfigError(f"tokenizer: {directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
+                          f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
+                          f"run `attn tokenizer --retrain` with this config, or use another run_dir")
 
 
 def prepare(cfg: Config, log: Log = print) -> Prepared:

@@ -68,6 +68,8 @@ class Tokenizers:
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        for old in ("joint.model", "source.model", "target.model"):  # a retrain may switch joint <-> separate
+            (directory / old).unlink(missing_ok=True)
         if self.joint:
             (directory / "joint.model").write_bytes(self.source.model_proto)
         else:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_cli.checkpoint import save_checkpoint
-from attn_cli.config import Config, ConfigError, save_config
+from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
 from attn_cli.evaluate import score_translations
@@ -26,11 +26,16 @@ from attn_cli.progress import TrainingDisplay, TrainingStatus
 from attn_cli.tokenizer import PAD_ID, Tokenizers
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """The torch device for `name`; `option` is what the user set it with, for the error message."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ConfigError(f"{option}: {name!r} is not a device; use auto, cpu, cuda or cuda:N")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device: {name} but no CUDA GPU is visible; use auto or cpu")
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{option}: {name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu")
     return torch.device(name)
 
 
@@ -109,7 +114,10 @@ class Trainer:
         if not self.train_examples:
             raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
                              "data.max_target_tokens or data.max_length_ratio")
-        self.valid_examples = encode_examples(self.valid_pairs, self.tokenizers)
+        # Validation loss needs every token embedded; learned positions end at model.max_positions.
+        position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
+        self.valid_examples = [e for e in encode_examples(self.valid_pairs, self.tokenizers)
+                               if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
 
         set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
         self.model: Transformer = build_model(cfg.model, self.tokenizers.source.vocab_size,
@@ -185,7 +193,7 @@ class Trainer:
     def _is_better(self, metrics: dict) -> bool:
         if not self.best_metrics:
             return True
-        if "valid_bleu" in metrics:
+        if "valid_bleu" in metrics and metrics["valid_bleu"] != self.best_metrics["valid_bleu"]:
             return metrics["valid_bleu"] > self.best_metrics["valid_bleu"]
         if "valid_loss" in metrics:
             return metrics["valid_loss"] < self.best_metrics["valid_loss"]
@@ -265,6 +273,7 @@ class _ThroughputMeter:
 
     def __init__(self) -> None:
         self.loss_average = float("nan")
+        self.rate = 0.0
         self.restart_window()
 
     def restart_window(self) -> None:
@@ -275,9 +284,11 @@ class _ThroughputMeter:
         self._tokens += tokens
 
     def tokens_per_second(self) -> float:
-        rate = self._tokens / max(time.monotonic() - self._since, 1e-9)
+        """The rate over the window since the last call; the previous rate when no step ran since."""
+        if self._tokens:
+            self.rate = self._tokens / max(time.monotonic() - self._since, 1e-9)
         self.restart_window()
-        return rate
+        return self.rate
 
 
 def train(cfg: Config, display: Optional[TrainingDisplay] = None) -> TrainResult:

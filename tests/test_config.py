@@ -57,3 +57,20 @@ def test_overrides_apply_and_are_validated(tmp_path):
 def test_missing_config_file_says_where_to_look(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_overrides_parse_exponents_and_reject_broken_yaml(tmp_path):
+    path = write(tmp_path, "")
+    assert load_config(path, ["train.lr=7e-4"]).train.lr == 7e-4
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path, ["train.betas=[0.9,"])
+    with pytest.raises(ConfigError, match="train.device: 'gpu' is not a device"):
+        load_config(path, ["train.device=gpu"])
+
+
+def test_device_option_is_checked_with_its_name():
+    from attn_cli.train import resolve_device
+
+    with pytest.raises(ConfigError, match="--device: 'gpu' is not a device"):
+        resolve_device("gpu", "--device")
+    assert resolve_device("cpu").type == "cpu"

@@ -42,3 +42,24 @@ def test_chinese_full_width_punctuation_survives_a_round_trip():
     tokenizers = train_tokenizers(ENGLISH, [c + "，真的吗？是的！" for c in CHINESE], CONFIG)
     text = "我有三个苹果，真的吗？是的！"
     assert tokenizers.target.decode(tokenizers.target.encode([text])) == [text]
+
+
+def test_switching_to_separate_vocabularies_leaves_no_stale_joint_model(tmp_path):
+    train_tokenizers(ENGLISH, CHINESE, CONFIG).save(tmp_path)
+    separate = train_tokenizers(ENGLISH, CHINESE, dataclasses.replace(CONFIG, joint=False))
+    separate.save(tmp_path)
+    assert not Tokenizers.load(tmp_path).joint
+
+
+def test_a_reused_tokenizer_must_match_the_config(tmp_path):
+    from attn_cli.config import Config, ConfigError
+    from attn_cli.data import Splits
+    from attn_cli.prepare import train_or_load_tokenizers
+
+    cfg = Config(run_dir=str(tmp_path), tokenizer=CONFIG)
+    splits = Splits(train=list(zip(ENGLISH, CHINESE)), valid=[], test=[])
+    first = train_or_load_tokenizers(cfg, splits, log=lambda _: None)
+    assert train_or_load_tokenizers(cfg, splits, log=lambda _: None).source.model_proto == first.source.model_proto
+    bigger = dataclasses.replace(cfg, tokenizer=dataclasses.replace(CONFIG, vocab_size=400))
+    with pytest.raises(ConfigError, match="attn tokenizer --retrain"):
+        train_or_load_tokenizers(bigger, splits, log=lambda _: None)
