@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -57,7 +56,7 @@ def train(config_path: Path, overrides: Sequence[str], console: Console) -> None
 def tokenizer(config_path: Path, overrides: Sequence[str], retrain: bool, console: Console) -> None:
     with user_errors():
         cfg = load_config(config_path, overrides)
-        splits, _ = read_splits(cfg, console.print)
+        splits = read_splits(cfg, console.print)
         write_splits(cfg, splits)
         tokenizers = train_or_load_tokenizers(cfg, splits, console.print, retrain=retrain)
     sample = splits.train[0] if splits.train else ("Hello, world.", "你好，世界。")
@@ -95,10 +94,9 @@ def load_translator(run: Optional[Path], checkpoint: Optional[Path], device: str
 def _translate(loaded: Checkpoint, sentences: Sequence[str], progress: Optional[Progress] = None) -> list[str]:
     cfg = loaded.config
     task = progress.add_task("translating", total=len(sentences)) if progress else None
-    with torch.inference_mode():
-        return translate_sentences(loaded.model, loaded.tokenizers, sentences, cfg.decode.max_len_a,
-                                   cfg.decode.max_len_b, cfg.decode.max_tokens,
-                                   on_batch=(lambda n: progress.advance(task, n)) if progress else None)
+    return translate_sentences(loaded.model, loaded.tokenizers, sentences, cfg.decode.max_len_a,
+                               cfg.decode.max_len_b, cfg.decode.max_tokens,
+                               on_batch=(lambda n: progress.advance(task, n)) if progress else None)
 
 
 def _progress(console: Console) -> Progress:
@@ -119,6 +117,9 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
               output_file: Optional[Path], device: str, console: Console) -> None:
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
+    if not texts and not input_file and sys.stdin.isatty():
+        raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
+                        "--input FILE, or pipe lines to stdin")
     lines = read_lines(input_file) if input_file else None
     loaded = load_translator(run, checkpoint, device)
     try:
@@ -132,9 +133,6 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
             with _progress(console) as progress:
                 _write(out, _translate(loaded, lines, progress))
         else:  # stdin, line by line, so attn works at the end of a pipe
-            if sys.stdin.isatty():
-                raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
-                                "--input FILE, or pipe lines to stdin")
             for line in sys.stdin:
                 _write(out, _translate(loaded, [line.rstrip("\n")]))
                 out.flush()

@@ -6,7 +6,7 @@ anyone else can score against exactly the sentences the model never trained on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from attn_cli.config import Config, ConfigError
@@ -21,16 +21,15 @@ Log = Callable[[str], None]
 class Prepared:
     splits: Splits
     tokenizers: Tokenizers
-    report: ReadReport = field(default_factory=ReadReport)
 
 
-def read_splits(cfg: Config, log: Log = print) -> tuple[Splits, ReadReport]:
+def read_splits(cfg: Config, log: Log = print) -> Splits:
     report = ReadReport()
     splits = load_splits(cfg.data, report)
     if report.skipped:
         log(report.summary())
     log(f"corpus: {len(splits.train):,} training, {len(splits.valid):,} validation, {len(splits.test):,} test pairs")
-    return splits, report
+    return splits
 
 
 def write_splits(cfg: Config, splits: Splits) -> None:
@@ -71,6 +70,6 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
 
 
 def prepare(cfg: Config, log: Log = print) -> Prepared:
-    splits, report = read_splits(cfg, log)
+    splits = read_splits(cfg, log)
     write_splits(cfg, splits)
-    return Prepared(splits, train_or_load_tokenizers(cfg, splits, log), report)
+    return Prepared(splits, train_or_load_tokenizers(cfg, splits, log))
