@@ -1,90 +1,161 @@
-"""Greedy decoding on top of `Transformer.encode`/`decode`, with or without the KV cache,
-and batched translation of plain strings."""
+"""Greedy decoding and sampling on top of `Transformer.encode`/`decode` and the KV cache, and the
+pieces every search shares: output length limits, the next-token distribution, the GNMT length
+penalty and the `Hypothesis` record. Beam search lives in `beam.py`."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
-from attn_cli.data import Example, collate, token_batches
 from attn_cli.model import Transformer
+from attn_cli.model.transformer import Encoded
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # Tokens the decoder must never emit: padding and a second start-of-sentence.
 _NEVER_EMITTED = [PAD_ID, BOS_ID]
 
 
-def max_output_lengths(src: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
-    """Per-sentence output limit a * source_length + b, counted without BOS and EOS."""
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, without BOS and EOS
+    log_prob: float  # summed log-probability of the tokens and the EOS that ended them
+    score: float  # what ranks hypotheses: log_prob / length_penalty(len(tokens) + 1, alpha)
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float):
+    """GNMT's ((5 + |Y|) / 6) ** alpha (Wu et al., 2016); |Y| counts the EOS. alpha = 0 turns it off."""
+    return ((5 + length) / 6) ** alpha
+
+
+def output_limits(model: Transformer, src: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+    """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
+    learned target positions end (one position is kept for the EOS)."""
     source_lengths = (src != PAD_ID).sum(dim=1) - 1  # the source ends in EOS
-    return (max_len_a * source_lengths.float()).long() + max_len_b
+    limits = (max_len_a * source_lengths.float()).long() + max_len_b
+    if model.max_target_positions is not None:
+        limits = limits.clamp(max=model.max_target_positions - 1)
+    return limits
+
+
+def next_token_log_probs(logits: torch.Tensor, step: int, limits: torch.Tensor, exact: bool) -> torch.Tensor:
+    """(rows, V) logits of output position `step` -> log-probabilities of what may come next.
+
+    Padding and BOS are never emitted. A row at its length limit may only end (EOS keeps its own
+    probability, so scores stay true log-probabilities); `exact` forbids ending at all.
+    """
+    logits = logits.float()
+    logits[:, _NEVER_EMITTED] = float("-inf")
+    log_probs = logits.log_softmax(dim=-1)
+    if exact:
+        log_probs[:, EOS_ID] = float("-inf")
+    else:
+        at_limit = step >= limits
+        if at_limit.any():
+            eos = log_probs[at_limit, EOS_ID]
+            log_probs[at_limit] = float("-inf")
+            log_probs[at_limit, EOS_ID] = eos
+    return log_probs
+
+
+# A rule that picks the next token of every row from its (rows, V) log-probabilities.
+TokenChooser = Callable[[torch.Tensor], torch.Tensor]
+
+
+def choose_most_likely(log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs.argmax(dim=-1)
+
+
+def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+            generator: Optional[torch.Generator] = None) -> TokenChooser:
+    """Sample from the distribution sharpened or flattened by `temperature`, restricted to the
+    `top_k` most likely tokens (0 = all) and to the smallest set whose probability reaches `top_p`."""
+    def choose(log_probs: torch.Tensor) -> torch.Tensor:
+        logits = log_probs / temperature
+        if top_k > 0:
+            kth_best = logits.topk(min(top_k, logits.shape[1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth_best, float("-inf"))
+        if top_p < 1.0:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            probs = sorted_logits.softmax(dim=-1)
+            # Drop a token when the more likely ones already reach top_p; the best always stays.
+            drop = probs.cumsum(dim=-1) - probs >= top_p
+            logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    return choose
 
 
 @torch.inference_mode()
-def greedy_decode(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  use_cache: bool = True, exact_steps: int | None = None) -> list[list[int]]:
-    """Decode a batch (B, S) greedily; each sentence stops at its own EOS or its length limit.
+def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+                  use_cache: bool = True, exact_steps: Optional[int] = None,
+                  choose: TokenChooser = choose_most_likely, samples: int = 1,
+                  alpha: float = 0.0) -> list[list[Hypothesis]]:
+    """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
-    `use_cache=False` re-runs the decoder over the whole prefix at every step (the reference the
-    cache is tested and benchmarked against). `exact_steps` forces that many output tokens (EOS
-    suppressed), for benchmarks. Returns token ids without BOS and EOS.
+    `choose` picks each next token: the most likely (greedy) or a `sampler`; `samples` > 1 draws
+    that many outputs per source. A sentence that has ended leaves the batch, so the long ones do
+    not keep the finished ones computing. `use_cache=False` re-runs the decoder over the whole
+    prefix at every step (the reference the cache is tested and benchmarked against).
+    `exact_steps` forces that many output tokens (EOS forbidden), for benchmarks. `alpha` is the
+    length penalty that sets each hypothesis's score. Returns `samples` hypotheses per source.
     """
     encoded = model.encode(src)
-    batch = src.shape[0]
-    limits = max_output_lengths(src, max_len_a, max_len_b)
-    if model.max_target_positions is not None:  # learned positions end; keep one for EOS
-        limits = limits.clamp(max=model.max_target_positions - 1)
+    limits = output_limits(model, src, max_len_a, max_len_b)
+    if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
+        rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
+        encoded, limits = encoded.select(rows), limits[rows]
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     cache = model.new_cache() if use_cache else None
-    tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    state = _GreedyState(encoded, limits, src.device)
     for step in range(steps):
-        logits = model.decode(tokens[:, -1:] if use_cache else tokens, encoded, cache)[:, -1].float()
-        logits[:, _NEVER_EMITTED] = float("-inf")
-        if exact_steps is not None:
-            logits[:, EOS_ID] = float("-inf")
-        else:
-            # A sentence at its limit may only end.
-            at_limit = step >= limits
-            logits[at_limit] = torch.where(torch.arange(logits.shape[1], device=logits.device) == EOS_ID, 0.0, float("-inf"))
-        next_tokens = logits.argmax(dim=-1).masked_fill(finished, PAD_ID)
-        tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
-        finished |= next_tokens == EOS_ID
-        if finished.all():
-            break
-    return [_strip(row) for row in tokens[:, 1:].tolist()]
+        logits = model.decode(state.prefix[:, -1:] if use_cache else state.prefix, state.encoded, cache)[:, -1]
+        log_probs = next_token_log_probs(logits, step, state.limits, exact_steps is not None)
+        next_tokens = choose(log_probs)
+        state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1))
+        ended = next_tokens == EOS_ID
+        if ended.any():
+            kept = state.finish(ended, alpha)
+            if not kept.numel():
+                break
+            if cache is not None:
+                cache.select(kept, source_rows=kept)
+    state.finish(torch.ones_like(state.alive, dtype=torch.bool), alpha)  # exact_steps: whatever is left
+    return [state.results[b * samples:(b + 1) * samples] for b in range(src.shape[0])]
 
 
-def _strip(ids: Sequence[int]) -> list[int]:
-    out = []
-    for token in ids:
-        if token in (EOS_ID, PAD_ID):
-            break
-        out.append(token)
-    return out
+class _GreedyState:
+    """The rows still decoding, their prefixes and log-probabilities, and the finished results."""
+
+    def __init__(self, encoded: Encoded, limits: torch.Tensor, device: torch.device):
+        rows = limits.shape[0]
+        self.encoded = encoded
+        self.limits = limits
+        self.alive = torch.arange(rows, device=device)  # the result slot of each row still decoding
+        self.prefix = torch.full((rows, 1), BOS_ID, dtype=torch.long, device=device)
+        self.log_prob = torch.zeros(rows, device=device)
+        self.results: list[Optional[Hypothesis]] = [None] * rows
+
+    def extend(self, next_tokens: torch.Tensor, log_probs: torch.Tensor) -> None:
+        self.prefix = torch.cat([self.prefix, next_tokens[:, None]], dim=1)
+        self.log_prob += log_probs
+
+    def finish(self, ended: torch.Tensor, alpha: float) -> torch.Tensor:
+        """Record the rows that ended and drop them from the batch; returns the rows kept."""
+        for row in ended.nonzero().squeeze(1).tolist():
+            tokens = self.prefix[row, 1:].tolist()
+            if tokens and tokens[-1] == EOS_ID:
+                tokens.pop()
+            log_prob = self.log_prob[row].item()
+            self.results[self.alive[row]] = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + 1, alpha))
+        kept = (~ended).nonzero().squeeze(1)
+        self.alive, self.prefix, self.log_prob = self.alive[kept], self.prefix[kept], self.log_prob[kept]
+        self.limits, self.encoded = self.limits[kept], self.encoded.select(kept)
+        return kept
 
 
-def translate_sentences(model: Transformer, tokenizers, sentences: Sequence[str], max_len_a: float = 1.5,
-                        max_len_b: int = 10, max_tokens: int = 8000,
-                        on_batch: Callable[[int], None] | None = None) -> list[str]:
-    """Translate strings in length-sorted token-budget batches; results come back in input order.
-
-    An empty (or all-whitespace) sentence translates to an empty string. A source longer than the
-    model's learned positions reach is truncated to fit. `on_batch(n)` is told after each batch of
-    n sentences.
-    """
-    device = next(model.parameters()).device
-    encoded = tokenizers.source.encode([s.strip() for s in sentences])
-    if model.max_source_positions is not None:
-        encoded = [ids[: model.max_source_positions - 1] for ids in encoded]  # one position for EOS
-    examples = [Example(index, ids, []) for index, ids in enumerate(encoded) if ids]
-    results = [""] * len(sentences)
-    for positions in token_batches(examples, max_tokens, shuffle=False):
-        batch = collate([examples[p] for p in positions]).to(device)
-        outputs = greedy_decode(model, batch.src, max_len_a, max_len_b)
-        for index, text in zip(batch.indices, tokenizers.target.decode(outputs)):
-            results[index] = text
-        if on_batch is not None:
-            on_batch(len(positions))
-    return results
+def greedy_decode(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+                  use_cache: bool = True, exact_steps: Optional[int] = None) -> list[list[int]]:
+    """The greedy output ids of each source sentence (see `greedy_search`)."""
+    results = greedy_search(model, src, max_len_a, max_len_b, use_cache, exact_steps)
+    return [hypotheses[0].tokens for hypotheses in results]

@@ -31,3 +31,26 @@ def random_source(batch: int, length: int, vocab: int = 50, lengths=None) -> tor
         src[row, : n - 1] = torch.randint(4, vocab, (n - 1,))
         src[row, n - 1] = 3
     return src
+
+
+class _LivelyTransformer(Transformer):
+    """A random model whose next-token distributions vary with the position, and whose EOS grows
+    likelier with length, so searches branch and sentences end at different lengths. An untrained
+    model mostly repeats its input token, which would let a wrong search pass by luck."""
+
+    def decode(self, tgt_in, encoded, cache=None, attention=None):
+        start = cache.steps if cache is not None else 0
+        logits = super().decode(tgt_in, encoded, cache, attention)
+        return logits + self.position_bias[start : start + tgt_in.shape[1]]
+
+
+def lively_model(seed: int, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    args = dict(src_vocab_size=50, tgt_vocab_size=50, d_model=32, num_heads=4, ffn_dim=64,
+                encoder_layers=2, decoder_layers=2, dropout=0.0)
+    args.update(overrides)
+    model = _LivelyTransformer(**args).eval()
+    bias = 2.5 * torch.randn(64, args["tgt_vocab_size"])
+    bias[:, 3] = torch.arange(64) * 0.5 - 2.0  # EOS (id 3)
+    model.register_buffer("position_bias", bias, persistent=False)
+    return model

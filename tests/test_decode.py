@@ -61,7 +61,7 @@ def test_cache_selects_rows():
     first = torch.full((3, 1), BOS_ID)
     model.decode(first, encoded, cache)
     rows = torch.tensor([2, 0])
-    cache.select(rows)
+    cache.select(rows, source_rows=rows)
     step = torch.tensor([[7], [9]])
     cached = model.decode(step, encoded.select(rows), cache)[:, -1]
     full = model.decode(torch.cat([first[rows], step], dim=1), encoded.select(rows))[:, -1]

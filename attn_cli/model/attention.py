@@ -68,6 +68,8 @@ class MultiHeadAttention(nn.Module):
 
         With a cache, self-attention appends this step's keys and values to the cached ones, and
         cross-attention projects `memory` once per source and reuses it at every later step.
+        `memory` may hold fewer rows than `query`: B sources for B*g queries, where rows
+        b*g .. b*g+g-1 belong to source b (the hypotheses of a beam).
         Returns the output (B, T, D) and, when `need_weights`, the weights (B, heads, T, S).
         """
         q = self._split_heads(self.q_proj(query))
@@ -80,15 +82,34 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = self.keys_values(memory)
 
+        batch, _, length, _ = q.shape
+        # Beam search decodes g = batch / sources hypotheses per source sentence against keys and
+        # values projected once per source: fold the g copies into the query axis instead of
+        # copying the keys g times.
+        copies = batch // k.shape[0]
+        if copies > 1:
+            # (B*g, heads, T, d_head) -> (B, heads, g*T, d_head)
+            q = q.view(k.shape[0], copies, self.num_heads, length, self.head_dim).transpose(1, 2)
+            q = q.reshape(k.shape[0], self.num_heads, copies * length, self.head_dim)
+
         dropout = self.dropout if self.training else 0.0
         if need_weights or _fused_kernel_is_slow(q):
             out, weights = self._attend_explicitly(q, k, v, mask, dropout)
         else:
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
-        batch, _, length, _ = out.shape
+        if copies > 1:
+            out, weights = self._unfold_copies(out, copies), self._unfold_copies(weights, copies)
         # (B, heads, T, d_head) -> (B, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return self.out_proj(out), weights
+
+    def _unfold_copies(self, x: Optional[torch.Tensor], copies: int) -> Optional[torch.Tensor]:
+        """(B, heads, g*T, X) -> (B*g, heads, T, X): undo the folding of hypotheses into queries."""
+        if x is None:
+            return None
+        sources, heads, queries, last = x.shape
+        x = x.view(sources, heads, copies, queries // copies, last).transpose(1, 2)
+        return x.reshape(sources * copies, heads, queries // copies, last)
 
     def _attend_explicitly(self, q, k, v, mask, dropout):
         """The textbook formula, for inspection: softmax(q k^T / sqrt(d_head) + mask) v."""

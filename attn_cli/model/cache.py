@@ -35,11 +35,13 @@ class LayerCache:
             self.cross_keys, self.cross_values = project()
         return self.cross_keys, self.cross_values
 
-    def select(self, rows: torch.Tensor) -> None:
-        for name in ("self_keys", "self_values", "cross_keys", "cross_values"):
-            tensor = getattr(self, name)
-            if tensor is not None:
-                setattr(self, name, tensor.index_select(0, rows))
+    def select(self, rows: torch.Tensor, source_rows: torch.Tensor) -> None:
+        if self.self_keys is not None:
+            self.self_keys = self.self_keys.index_select(0, rows)
+            self.self_values = self.self_values.index_select(0, rows)
+        if self.cross_keys is not None and source_rows is not None:
+            self.cross_keys = self.cross_keys.index_select(0, source_rows)
+            self.cross_values = self.cross_values.index_select(0, source_rows)
 
 
 class KVCache:
@@ -49,7 +51,9 @@ class KVCache:
         self.layers = [LayerCache() for _ in range(num_layers)]
         self.steps = 0  # target positions already decoded, so the next one is at this position
 
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep only these batch rows, in this order (finished sentences leave, beams reorder)."""
+    def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor] = None) -> None:
+        """Keep only these hypothesis rows, in this order: beams reorder by their origin, finished
+        sentences leave. The cross-attention keys and values hold one row per source sentence and
+        change only when `source_rows` says which sources stay (None keeps them all)."""
         for layer in self.layers:
-            layer.select(rows)
+            layer.select(rows, source_rows)

@@ -1,0 +1,138 @@
+"""Batched beam search over the KV cache.
+
+Every live sentence keeps `beam_size` hypotheses, stored as rows b*k .. b*k+k-1 of the decoder
+batch. At each step the k*V extensions of a sentence's hypotheses are ranked by summed
+log-probability. Among the k best, those that end in EOS are finished (scored with the GNMT
+length penalty); the beam goes on with the k best that do not end. The self-attention cache is
+then reordered by each surviving hypothesis's origin. Cross-attention keys and values stay at one
+row per source sentence (attention folds the k hypotheses of a sentence onto them).
+
+A sentence is done when none of its hypotheses can still beat the worst of its k best finished
+ones, or when it reaches its length limit; it then leaves the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits
+from attn_cli.model import Transformer
+from attn_cli.tokenizer import BOS_ID, EOS_ID
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
+                max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
+                exact_steps: Optional[int] = None) -> list[list[Hypothesis]]:
+    """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
+
+    `alpha` is the length penalty exponent (0 ranks by log-probability alone). `exact_steps`
+    forces that many output tokens (EOS forbidden), for benchmarks.
+    """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
+    search = _BeamState(model, src, beam_size, alpha, output_limits(model, src, max_len_a, max_len_b))
+    cache = model.new_cache()
+    steps = exact_steps if exact_steps is not None else int(search.limits.max()) + 1  # + 1 for the EOS
+    for step in range(steps):
+        logits = model.decode(search.history[:, -1:], search.encoded, cache)[:, -1]
+        log_probs = next_token_log_probs(logits, step, search.limits.repeat_interleave(beam_size), exact_steps is not None)
+        rows, sources = search.advance(log_probs, step)
+        if not rows.numel():
+            break
+        cache.select(rows, sources)
+    if exact_steps is not None:
+        search.finish_all_alive(exact_steps)
+    return [hypotheses[:n_best] for hypotheses in search.finished]
+
+
+class _BeamState:
+    """The live sentences' hypotheses and the finished ones of every sentence."""
+
+    def __init__(self, model: Transformer, src: torch.Tensor, beam_size: int, alpha: float, limits: torch.Tensor):
+        batch, device = src.shape[0], src.device
+        self.k, self.alpha = beam_size, alpha
+        self.encoded = model.encode(src)
+        self.limits = limits  # (live,) output tokens each live sentence may have before its EOS
+        self.sentence = torch.arange(batch, device=device)  # the input index of each live sentence
+        # Summed log-probability of each hypothesis; a sentence starts with one, so the other
+        # k - 1 start at -inf and the first step's k best all extend the one BOS.
+        self.scores = torch.full((batch, beam_size), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0
+        self.history = torch.full((batch * beam_size, 1), BOS_ID, dtype=torch.long, device=device)  # (live*k, steps+1)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # best first, at most k each
+        self.worst_kept = torch.full((batch,), float("-inf"), device=device)  # k-th best finished score
+
+    def advance(self, log_probs: torch.Tensor, step: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Take one step from the (live*k, V) log-probabilities of output position `step`.
+
+        Returns the cache rows to keep, in their new order, and the source rows to keep (None when
+        no sentence left the batch).
+        """
+        live, k = self.scores.shape
+        vocab = log_probs.shape[1]
+        # (live*k, V) -> (live, k*V): all extensions of a sentence's hypotheses compete.
+        candidates = (self.scores.view(-1, 1) + log_probs).view(live, k * vocab)
+        # 2k candidates always hold k that do not end: at most k end (one EOS per hypothesis).
+        top_scores, top_ids = candidates.topk(2 * k, dim=1)
+        origin, token = top_ids // vocab, top_ids % vocab
+        ends = token == EOS_ID
+        self._finish(ends[:, :k] & top_scores[:, :k].isfinite(), top_scores, origin, step)
+
+        # A stable sort puts the candidates that go on first, still in rank order.
+        going_on = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        self.scores = top_scores.gather(1, going_on)
+        origin, token = origin.gather(1, going_on), token.gather(1, going_on)
+        rows = (torch.arange(live, device=origin.device)[:, None] * k + origin).view(-1)  # (live*k,)
+        self.history = torch.cat([self.history[rows], token.view(-1, 1)], dim=1)
+
+        done = self._done(step)
+        if not done.any():
+            return rows, None
+        kept = (~done).nonzero().squeeze(1)
+        kept_rows = (kept[:, None] * k + torch.arange(k, device=kept.device)).view(-1)  # (kept*k,)
+        self.scores, self.limits, self.sentence = self.scores[kept], self.limits[kept], self.sentence[kept]
+        self.worst_kept, self.encoded = self.worst_kept[kept], self.encoded.select(kept)
+        self.history = self.history[kept_rows]
+        return rows.view(live, k)[kept].view(-1), kept
+
+    def _finish(self, finishing: torch.Tensor, top_scores: torch.Tensor, origin: torch.Tensor, step: int) -> None:
+        """Keep the candidates that end here among each sentence's k best finished hypotheses."""
+        if not finishing.any():
+            return
+        length = step + 1  # output tokens so far plus this EOS
+        for live_index, rank in finishing.nonzero().tolist():
+            row = live_index * self.k + int(origin[live_index, rank])
+            log_prob = float(top_scores[live_index, rank])
+            self._keep(live_index, Hypothesis(self.history[row, 1:].tolist(), log_prob,
+                                              log_prob / length_penalty(length, self.alpha)))
+
+    def _keep(self, live_index: int, hypothesis: Hypothesis) -> None:
+        kept = self.finished[int(self.sentence[live_index])]
+        kept.append(hypothesis)
+        kept.sort(key=lambda h: h.score, reverse=True)  # stable: earlier finishers win ties
+        del kept[self.k:]
+        if len(kept) == self.k:
+            self.worst_kept[live_index] = kept[-1].score
+
+    def _done(self, step: int) -> torch.Tensor:
+        """(live,) whether no live hypothesis of a sentence can beat its k best finished ones.
+
+        A live hypothesis's log-probability only falls as it grows, and it will end with between
+        step + 2 tokens (counting EOS) and limit + 1. Divided by a length penalty that changes
+        monotonically with the length, its best possible score is at one end of that range.
+        """
+        best = self.scores.max(dim=1).values  # -inf when no hypothesis goes on
+        shortest = best / length_penalty(step + 2, self.alpha)
+        longest = best / length_penalty((self.limits + 1).float(), self.alpha)
+        return best.isneginf() | (self.worst_kept >= torch.maximum(shortest, longest))
+
+    def finish_all_alive(self, steps: int) -> None:
+        """For forced-length decoding: every live hypothesis is a result, as it stands."""
+        for live_index in range(self.scores.shape[0]):
+            for beam in range(self.k):
+                log_prob = float(self.scores[live_index, beam])
+                tokens = self.history[live_index * self.k + beam, 1:].tolist()
+                self._keep(live_index, Hypothesis(tokens, log_prob, log_prob / length_penalty(steps, self.alpha)))
