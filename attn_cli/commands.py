@@ -7,24 +7,30 @@ config key and the fix; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import os
+import select
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from attn_cli.config import ConfigError, load_config
+from attn_cli.attention_view import collect_attention, render_alignment, save_attention
+from attn_cli.config import ConfigError, DecodeConfig, load_config
 from attn_cli.data import DataError
-from attn_cli.decode import translate_sentences
 from attn_cli.errors import UserError
 from attn_cli.evaluate import score_translations
 from attn_cli.paths import RunPaths
 from attn_cli.prepare import read_splits, train_or_load_tokenizers, write_splits
 from attn_cli.progress import TrainingDisplay, format_duration
-from attn_cli.tokenizer import TokenizerError
+from attn_cli.tokenizer import EOS_ID, TokenizerError
 from attn_cli.train import resolve_device, train as run_training
+from attn_cli.translate import Translation, translate_sentences
 
 DEFAULT_CONFIG = Path("configs/en-zh.yaml")
 
@@ -91,12 +97,57 @@ def load_translator(run: Optional[Path], checkpoint: Optional[Path], device: str
         return load_checkpoint(path, resolve_device(device, "--device"))
 
 
-def _translate(loaded: Checkpoint, sentences: Sequence[str], progress: Optional[Progress] = None) -> list[str]:
-    cfg = loaded.config
-    task = progress.add_task("translating", total=len(sentences)) if progress else None
-    return translate_sentences(loaded.model, loaded.tokenizers, sentences, cfg.decode.max_len_a,
-                               cfg.decode.max_len_b, cfg.decode.max_tokens,
-                               on_batch=(lambda n: progress.advance(task, n)) if progress else None)
+# The translate and eval flags that override the config's `decode` section.
+DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "max_tokens": "--batch-size",
+                "sample": "--sample", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                "seed": "--seed"}
+
+
+def decode_options(decode: DecodeConfig, flags: dict[str, Any]) -> DecodeConfig:
+    """The checkpoint's decode settings with the flags the user gave (None = not given)."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    if given.get("sample") and "n_best" in given and "beam_size" not in given:
+        given["beam_size"] = max(decode.beam_size, given["n_best"])  # samples are not limited by the beam
+    options = dataclasses.replace(decode, **given)
+    try:
+        options.validate("decode")
+    except ConfigError as error:
+        message = str(error)
+        for key in given:
+            message = message.replace(f"decode.{key}", DECODE_FLAGS[key])
+        raise UserError(message) from None
+    return options
+
+
+@dataclass
+class Inspection:
+    """What `--show-attention` draws and `--attention-out` saves."""
+    show: bool = False
+    layer: int = -1
+    head: Optional[int] = None
+    output: Optional[Path] = None
+
+    @property
+    def wanted(self) -> bool:
+        return self.show or self.output is not None
+
+
+class _Translator:
+    """A loaded checkpoint with the decode options of this command."""
+
+    def __init__(self, loaded: Checkpoint, options: DecodeConfig):
+        self.loaded, self.options = loaded, options
+
+    def __call__(self, sentences: Sequence[str], on_batch=None) -> list[Translation]:
+        cfg = self.loaded.config
+        return translate_sentences(self.loaded.model, self.loaded.tokenizers, sentences, self.options,
+                                   cfg.model.max_positions - 1, cfg.data.tgt_lang, on_batch)
+
+    def translate_with_progress(self, sentences: Sequence[str], console: Console) -> list[Translation]:
+        with _progress(console) as progress:
+            task = progress.add_task("translating", total=len(sentences))
+            return self(sentences, on_batch=lambda n: progress.advance(task, n))
 
 
 def _progress(console: Console) -> Progress:
@@ -114,7 +165,8 @@ def read_lines(path: Path) -> list[str]:
 
 
 def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Path], input_file: Optional[Path],
-              output_file: Optional[Path], device: str, console: Console) -> None:
+              output_file: Optional[Path], device: str, decode_flags: dict[str, Any], output_format: str,
+              inspection: Inspection, console: Console) -> None:
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
     if not texts and not input_file and sys.stdin.isatty():
@@ -122,36 +174,110 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
                         "--input FILE, or pipe lines to stdin")
     lines = read_lines(input_file) if input_file else None
     loaded = load_translator(run, checkpoint, device)
+    translator = _Translator(loaded, decode_options(loaded.config.decode, decode_flags))
     try:
         out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
     except OSError as error:
         raise UserError(f"cannot write --output {output_file}: {error.strerror}") from None
+    writer = _Writer(out, output_format, console, where=input_file or ("stdin" if not texts else "argument"))
     try:
         if texts:
-            _write(out, _translate(loaded, texts))
+            translations = translator(texts)
         elif lines is not None:
-            with _progress(console) as progress:
-                _write(out, _translate(loaded, lines, progress))
-        else:  # stdin, line by line, so attn works at the end of a pipe
-            for line in sys.stdin:
-                _write(out, _translate(loaded, [line.rstrip("\n")]))
-                out.flush()
+            translations = translator.translate_with_progress(lines, console)
+        else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
+            for batch in _stdin_batches(sys.stdin):
+                writer.write(translator(batch))
+            return
+        writer.write(translations)
+        if inspection.wanted:
+            _inspect(loaded, translations, inspection, console)
+    except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     finally:
         if output_file:
             out.close()
 
 
-def _write(out, lines: Sequence[str]) -> None:
-    for line in lines:
-        out.write(line + "\n")
+def _stdin_batches(stream, max_lines: int = 64) -> Iterator[list[str]]:
+    """Lines as they arrive: each batch holds the lines already waiting, so a pipe fed one line at
+    a time gets each answer at once, and a file piped in is still translated in batches."""
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (tests): one line at a time
+        for line in stream:
+            yield [line.rstrip("\n")]
+        return
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        batch = [line.rstrip("\n")]
+        while len(batch) < max_lines and select.select([stream], [], [], 0)[0]:
+            line = stream.readline()
+            if not line:
+                break
+            batch.append(line.rstrip("\n"))
+        yield batch
+
+
+class _Writer:
+    """Writes translations as text (one line each; with n-best, `input<TAB>score<TAB>text` lines) or
+    JSONL (source, translations with scores and tokens), and warns about inputs that were cut."""
+
+    def __init__(self, out, output_format: str, console: Console, where):
+        self.out, self.format, self.console, self.where = out, output_format, console, where
+        self.count = 0
+
+    def write(self, translations: Sequence[Translation]) -> None:
+        for translation in translations:
+            self.count += 1
+            if translation.note:
+                self.console.print(f"warning: {self.where} line {self.count}: {translation.note}", highlight=False)
+            self.out.write(self._format(translation))
+        self.out.flush()
+
+    def _format(self, translation: Translation) -> str:
+        if self.format == "jsonl":
+            hypotheses = [{"text": text, "score": round(score, 4), "tokens": tokens}
+                          for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)]
+            record = {"source": translation.source, "translations": hypotheses}
+            if translation.note:
+                record["note"] = translation.note
+            return json.dumps(record, ensure_ascii=False) + "\n"
+        if len(translation.texts) == 1:
+            return translation.texts[0] + "\n"
+        return "".join(f"{self.count - 1}\t{score:.4f}\t{text}\n"
+                       for text, score in zip(translation.texts, translation.scores))
+
+
+def _inspect(loaded: Checkpoint, translations: Sequence[Translation], inspection: Inspection,
+             console: Console) -> None:
+    """Draw and/or save the attention of each translation's best hypothesis (first part of a split input)."""
+    for number, translation in enumerate(translations):
+        if not translation.outputs:
+            continue
+        source_ids, output_ids = translation.parts[0], translation.outputs[0][0].tokens
+        maps = collect_attention(loaded.model, source_ids + [EOS_ID], output_ids)
+        source_tokens = loaded.tokenizers.source.id_to_piece(source_ids)
+        target_tokens = loaded.tokenizers.target.id_to_piece(output_ids)
+        if inspection.show:
+            console.print(render_alignment(maps, source_tokens, target_tokens, inspection.layer, inspection.head))
+        if inspection.output is not None:
+            path = inspection.output
+            if len(translations) > 1:  # one file per sentence: attention.json -> attention.0.json, ...
+                path = path.with_name(f"{path.stem}.{number}{path.suffix}")
+            save_attention(path, maps, source_tokens, target_tokens)
+            console.print(f"attention weights written to {path}", highlight=False)
 
 
 def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: Optional[Path], ref: Optional[Path],
-             device: str, console: Console) -> None:
+             device: str, decode_flags: dict[str, Any], console: Console) -> None:
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
     checkpoint_path = find_checkpoint(run, checkpoint)
     loaded = load_translator(None, checkpoint_path, device)
+    translator = _Translator(loaded, decode_options(loaded.config.decode, decode_flags))
     cfg = loaded.config
     if src is None:
         # A checkpoint lives in RUN/checkpoints/, so its run is two levels up.
@@ -163,8 +289,7 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
     sources, references = read_lines(src), read_lines(ref)
     if len(sources) != len(references):
         raise UserError(f"{src} has {len(sources)} lines but {ref} has {len(references)}; they must pair up line by line")
-    with _progress(console) as progress:
-        hypotheses = _translate(loaded, sources, progress)
+    hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources, console)]
     hypotheses_path = checkpoint_path.with_name(f"{checkpoint_path.stem}.{src.name}.hyp")
     hypotheses_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     console.print(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}", highlight=False)

@@ -183,15 +183,34 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    beam_size: int = 5  # 1 = greedy decoding
+    length_penalty: float = 0.6  # GNMT alpha: scores are log P / ((5 + length) / 6) ** alpha; 0 = off
+    n_best: int = 1  # translations per input (at most beam_size; with sample, the samples drawn)
     max_len_a: float = 1.5  # output may have up to a * source_length + b tokens
     max_len_b: int = 10
-    max_tokens: int = 8000  # token budget of one decoding batch
+    max_tokens: int = 8000  # token budget of one decoding batch (source tokens, padding included)
+    sample: bool = False  # sample the next token instead of searching (back-translation, diverse outputs)
+    temperature: float = 1.0  # with sample: < 1 sharpens the distribution, > 1 flattens it
+    top_k: int = 0  # with sample: only the k most likely tokens (0 = all)
+    top_p: float = 1.0  # with sample: only the smallest set of tokens whose probability reaches p
+    seed: Optional[int] = None  # with sample: a seed makes the samples repeatable
+    long_inputs: Literal["split", "truncate"] = "split"  # inputs beyond model.max_positions
 
     def validate(self, path: str) -> None:
         if self.max_len_a < 0 or self.max_len_b < 1:
             _fail(path, f"max_len_a={self.max_len_a} must be >= 0 and max_len_b={self.max_len_b} >= 1")
-        if self.max_tokens < 1:
-            _fail(f"{path}.max_tokens", f"{self.max_tokens} must be >= 1")
+        for key in ("beam_size", "n_best", "max_tokens"):
+            if getattr(self, key) < 1:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        if not self.sample and self.n_best > self.beam_size:
+            _fail(f"{path}.n_best", f"{self.n_best} is more than beam_size={self.beam_size}; "
+                  f"a beam of k keeps at most k translations, so raise beam_size")
+        if self.temperature <= 0:
+            _fail(f"{path}.temperature", f"{self.temperature} must be > 0")
+        if self.top_k < 0:
+            _fail(f"{path}.top_k", f"{self.top_k} must be >= 0 (0 keeps every token)")
+        if not 0.0 < self.top_p <= 1.0:
+            _fail(f"{path}.top_p", f"{self.top_p} must be in (0, 1]")
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ import torch.nn.functional as F
 from attn_cli.checkpoint import save_checkpoint
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, collate, filter_by_length, token_batches
-from attn_cli.decode import translate_sentences
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 from attn_cli.prepare import prepare
 from attn_cli.progress import TrainingDisplay, TrainingStatus
 from attn_cli.tokenizer import PAD_ID, Tokenizers
+from attn_cli.translate import translate_sentences
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
@@ -165,10 +165,11 @@ class Trainer:
 
     def validation_bleu(self) -> float:
         self.model.eval()
-        decode = self.cfg.decode
         with autocast(self.device, self.cfg.train.precision):
-            hypotheses = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
-                                             decode.max_len_a, decode.max_len_b, decode.max_tokens)
+            translations = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
+                                               self.cfg.decode, self.cfg.model.max_positions - 1,
+                                               self.cfg.data.tgt_lang)
+        hypotheses = [translation.texts[0] for translation in translations]
         scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
         return scores[0].score
 

@@ -1,96 +1,409 @@
-"""Greedy decoding speed with the KV cache against re-running the decoder on the whole prefix.
+"""Decoding speed of our Transformer against Hugging Face Transformers (MarianMTModel) and CTranslate2.
 
-Both decoders are the same `greedy_decode` on the same randomly initialised model of the size that
-configs/en-zh.yaml names, forced to produce exactly --new-tokens tokens per sentence. Prints a
-table of median tokens/s and writes it as JSON.
+Every system decodes the same random source ids with a randomly initialised model of the same
+size (no checkpoint, no hub access) and is forced to produce exactly --new-tokens tokens per
+sentence, EOS suppressed, so all do the same number of decoder steps. The CTranslate2 models are
+converted from the Transformers one, to float32 and to int8. Prints a table of median tokens/s
+and writes everything as JSON. Needs `transformers`; CTranslate2 is used where it imports.
 
-    python scripts/bench_decode.py                      # en-zh size, batch 1 and 32, 64 tokens
-    python scripts/bench_decode.py --repeats 5 --json bench_results/decode.json
+    python scripts/bench_decode.py                                 # both sizes, greedy and beam 5, batch 1 and 32
+    python scripts/bench_decode.py --sizes small --batch-sizes 1 --repeats 1   # a quick smoke test
+    python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
+    python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
+    python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+import transformers
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
-from attn_cli.config import load_config
 from attn_cli.decode import greedy_decode
-from attn_cli.model import build_model
+from attn_cli.model import Transformer
+from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+try:
+    from attn_cli.beam import beam_search
+except ModuleNotFoundError as error:  # beam search may not exist yet; the other cases still run
+    if error.name != "attn_cli.beam":
+        raise
+    beam_search = None
+
+try:
+    import ctranslate2
+    CT2_MISSING = ""
+except ImportError as error:
+    ctranslate2 = None
+    CT2_MISSING = f"ctranslate2 does not import: {error}"
 
 REPO = Path(__file__).resolve().parents[1]
+VOCAB = 8000
+SIZES = {
+    "small": {"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "layers": 3},
+    "base": {"d_model": 512, "num_heads": 8, "ffn_dim": 2048, "layers": 6},
+}
+BEAM_SIZES = {"greedy": 1, "beam5": 5}
+CT2_QUANTIZATIONS = ("float32", "int8")
+
+# Token strings, for CTranslate2, which reads and writes strings. Its Marian converter takes the
+# last token for the "<pad>" that Transformers appends to Marian vocabularies and drops it along
+# with its embedding row, so our last id is named "<pad>" (CTranslate2's output layer thus has
+# 7,999 rows, 0.01% less work), our padding id 0 "<blank>", and sources never use the last id.
+TOKENS = ["<blank>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, VOCAB - 1)] + ["<pad>"]
+
+# A system's outputs: one token sequence per sentence (ids, or strings for CTranslate2).
+Outputs = list[list[int | str]]
 
 
-def random_sources(batch: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
-    src = torch.randint(4, vocab, (batch, length), generator=generator)
-    src[:, -1] = 3  # EOS
+class Unavailable(Exception):
+    """A case a system cannot run here; the table shows n/a and the reason."""
+
+
+# --- the three systems: prepare(src) once per case (untimed), then decode(inputs, beam_size) (timed)
+
+
+class Ours:
+    eos = EOS_ID
+
+    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True):
+        self.model, self.new_tokens, self.use_cache = model, new_tokens, use_cache
+
+    def prepare(self, src: torch.Tensor) -> torch.Tensor:
+        return src
+
+    def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
+        if beam_size == 1:
+            return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
+        if not self.use_cache:
+            raise Unavailable("greedy only")
+        if beam_search is None:
+            raise Unavailable("attn_cli.beam not available")
+        n_best = beam_search(self.model, src, beam_size=beam_size, alpha=0.0, max_len_a=1.5,
+                             max_len_b=10, n_best=1, exact_steps=self.new_tokens)
+        return [hypotheses[0].tokens for hypotheses in n_best]
+
+
+class HuggingFace:
+    """`generate` with Transformers' defaults but the forced length: KV cache on, no scores or
+    attentions returned, and for beam search length_penalty 1.0 and early_stopping False (neither
+    matters when every hypothesis has the same length). The model's generation config adds no
+    extra logits processors (see `build_marian`)."""
+
+    eos = EOS_ID
+
+    def __init__(self, model: MarianMTModel, new_tokens: int):
+        self.model, self.new_tokens = model, new_tokens
+
+    def prepare(self, src: torch.Tensor) -> torch.Tensor:
+        return src
+
+    @torch.inference_mode()
+    def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
+        out = self.model.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=beam_size, do_sample=False,
+                                  min_new_tokens=self.new_tokens, max_new_tokens=self.new_tokens)
+        # Each row is the decoder start token and the new tokens; a row that ended early would
+        # hold an EOS, which `check_outputs` rejects.
+        if not (out[:, 0] == BOS_ID).all():
+            raise RuntimeError("Transformers output does not start with the decoder start token")
+        return out[:, 1:].tolist()
+
+
+class CTranslate2:
+    """`translate_batch` with CTranslate2's defaults but the forced length (max_batch_size 0 and
+    batch_type "examples": the whole batch at once). Its decoding lengths count the output tokens
+    without EOS, so min = max = new_tokens yields exactly new_tokens tokens and no EOS."""
+
+    eos = TOKENS[EOS_ID]
+
+    def __init__(self, translator: ctranslate2.Translator, new_tokens: int):
+        self.translator, self.new_tokens = translator, new_tokens
+
+    def prepare(self, src: torch.Tensor) -> list[list[str]]:
+        return [[TOKENS[i] for i in row] for row in src.tolist()]
+
+    def decode(self, tokens: list[list[str]], beam_size: int) -> Outputs:
+        results = self.translator.translate_batch(tokens, beam_size=beam_size, min_decoding_length=self.new_tokens,
+                                                  max_decoding_length=self.new_tokens)
+        return [result.hypotheses[0] for result in results]
+
+
+System = Ours | HuggingFace | CTranslate2
+
+
+# --- models
+
+
+def build_ours(size: str) -> Transformer:
+    dims = SIZES[size]
+    torch.manual_seed(0)
+    return Transformer(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=dims["d_model"], num_heads=dims["num_heads"],
+                       ffn_dim=dims["ffn_dim"], encoder_layers=dims["layers"], decoder_layers=dims["layers"],
+                       dropout=0.0).eval()
+
+
+def build_marian(size: str) -> MarianMTModel:
+    dims = SIZES[size]
+    config = MarianConfig(
+        vocab_size=VOCAB, decoder_vocab_size=VOCAB, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        d_model=dims["d_model"], encoder_attention_heads=dims["num_heads"], decoder_attention_heads=dims["num_heads"],
+        encoder_ffn_dim=dims["ffn_dim"], decoder_ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"], decoder_layers=dims["layers"], max_position_embeddings=256,
+        activation_function="relu", scale_embedding=True, dropout=0.0,  # as ours (Marian's defaults: GELU, no scaling)
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,  # Marian's default, 0, would force our padding id as the last token
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config).eval()
+    # CTranslate2 starts a Marian decoder from a zero embedding whatever the start token; with a
+    # zero start-token row Transformers computes the same, so their outputs can be compared.
+    with torch.no_grad():
+        model.get_input_embeddings().weight[BOS_ID] = 0
+    return model
+
+
+def ctranslate2_systems(marian: MarianMTModel, new_tokens: int, threads: int, workdir: Path) -> dict[str, System | str]:
+    """CTranslate2 float32 and int8 conversions of the Transformers model; a reason where one fails."""
+    names = [f"ct2_{quantization}" for quantization in CT2_QUANTIZATIONS]
+    if ctranslate2 is None:
+        return dict.fromkeys(names, CT2_MISSING)
+    save_for_conversion(marian, workdir / "hf")
+    systems: dict[str, System | str] = {}
+    for name, quantization in zip(names, CT2_QUANTIZATIONS):
+        try:
+            converter = ctranslate2.converters.TransformersConverter(str(workdir / "hf"))
+            model_dir = converter.convert(str(workdir / name), quantization=quantization)
+            translator = ctranslate2.Translator(model_dir, device="cpu", intra_threads=threads, inter_threads=1)
+        except Exception as error:  # noqa: BLE001 - whatever fails is reported in the table
+            systems[name] = f"conversion failed: {type(error).__name__}: {error}"
+        else:
+            systems[name] = CTranslate2(translator, new_tokens)
+    return systems
+
+
+def save_for_conversion(marian: MarianMTModel, directory: Path) -> None:
+    """The model and a word-level tokenizer over TOKENS: the converter reads only the tokenizer's
+    vocabulary and its EOS and UNK names, and a random model has no SentencePiece files."""
+    marian.save_pretrained(directory)
+    vocabulary = {token: index for index, token in enumerate(TOKENS)}
+    tokenizer = Tokenizer(WordLevel(vocabulary, unk_token=TOKENS[UNK_ID]))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token=TOKENS[UNK_ID],
+                            eos_token=TOKENS[EOS_ID]).save_pretrained(directory)
+
+
+# --- measuring
+
+
+def random_sources(batch: int, length: int) -> torch.Tensor:
+    """(batch, length) ids, the same for every system and run: ordinary tokens, then EOS."""
+    src = torch.randint(4, VOCAB - 1, (batch, length), generator=torch.Generator().manual_seed(0))
+    src[:, -1] = EOS_ID
     return src
 
 
-def time_decoding(model, src: torch.Tensor, new_tokens: int, use_cache: bool, repeats: int) -> list[float]:
-    greedy_decode(model, src, use_cache=use_cache, exact_steps=4)  # warm-up
+def check_outputs(outputs: Outputs, batch: int, new_tokens: int, eos: int | str) -> None:
+    lengths = sorted({len(row) for row in outputs})
+    if len(outputs) != batch or lengths != [new_tokens] or any(eos in row for row in outputs):
+        raise RuntimeError(f"expected {batch} outputs of exactly {new_tokens} tokens without EOS, "
+                           f"got {len(outputs)} of lengths {lengths}")
+
+
+def measure(system: System | str, src: torch.Tensor, beam_size: int, new_tokens: int, repeats: int) -> dict:
+    """One verified warm-up, then `repeats` timed runs, each output verified after its timing."""
+    if isinstance(system, str):
+        return {"error": system}
+    inputs = system.prepare(src)
+    batch = src.shape[0]
+    try:
+        check_outputs(system.decode(inputs, beam_size), batch, new_tokens, system.eos)
+    except Unavailable as reason:
+        return {"error": str(reason)}
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        out = greedy_decode(model, src, use_cache=use_cache, exact_steps=new_tokens)
+        outputs = system.decode(inputs, beam_size)
         seconds.append(time.perf_counter() - start)
-        assert all(len(row) == new_tokens for row in out)
-    return seconds
+        check_outputs(outputs, batch, new_tokens, system.eos)
+    median = statistics.median(seconds)
+    return {"median_s": median, "tokens_per_s": batch * new_tokens / median,
+            "ms_per_sentence": 1000 * median / batch, "seconds": seconds}
+
+
+def ratio(results: dict, numerator: str, denominator: str) -> float | None:
+    """How many times the tokens/s of one system the other's is; None if either did not run."""
+    a, b = results.get(numerator, {}), results.get(denominator, {})
+    return a["tokens_per_s"] / b["tokens_per_s"] if "tokens_per_s" in a and "tokens_per_s" in b else None
+
+
+def ct2_agreement(hf: HuggingFace, ct2: System | str, src: torch.Tensor) -> float | None:
+    """The share of greedy output tokens on which CTranslate2 float32 and Transformers agree: a
+    check that the converted model computes the same function (rare near-ties may differ)."""
+    if isinstance(ct2, str):
+        return None
+    hf_tokens = [[TOKENS[i] for i in row] for row in hf.decode(hf.prepare(src), 1)]
+    ct2_tokens = ct2.decode(ct2.prepare(src), 1)
+    pairs = [(a, b) for hf_row, ct2_row in zip(hf_tokens, ct2_tokens) for a, b in zip(hf_row, ct2_row)]
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
+def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """All cases of one size, and facts about its models (see `size_info`)."""
+    ours_model, marian = build_ours(size), build_marian(size)
+    systems: dict[str, System | str] = {"ours": Ours(ours_model, args.new_tokens),
+                                        "hf": HuggingFace(marian, args.new_tokens)}
+    if args.cache_ablation:
+        systems["ours_uncached"] = Ours(ours_model, args.new_tokens, use_cache=False)
+    with tempfile.TemporaryDirectory(prefix="bench_decode_") as workdir:
+        systems.update(ctranslate2_systems(marian, args.new_tokens, args.threads, Path(workdir)))
+        info = size_info(size, systems, args.source_length)
+        rows = [bench_case(size, mode, batch, systems, args) for mode in args.modes for batch in args.batch_sizes]
+    return rows, info
+
+
+def size_info(size: str, systems: dict[str, System | str], source_length: int) -> dict:
+    """The dimensions, the compute type each CTranslate2 model runs with, and how far CTranslate2
+    float32 agrees with Transformers."""
+    compute_types = {name: system.translator.compute_type for name, system in systems.items()
+                     if isinstance(system, CTranslate2)}
+    agreement = ct2_agreement(systems["hf"], systems["ct2_float32"], random_sources(4, source_length))
+    return {**SIZES[size], "ct2_compute_types": compute_types, "ct2_float32_greedy_agreement_with_hf": agreement}
+
+
+def bench_case(size: str, mode: str, batch: int, systems: dict[str, System | str], args: argparse.Namespace) -> dict:
+    src = random_sources(batch, args.source_length)
+    results = {}
+    for name, system in systems.items():
+        results[name] = measure(system, src, BEAM_SIZES[mode], args.new_tokens, args.repeats)
+        print(f"  {size} {mode} batch {batch} {name}: {describe(results[name])}", file=sys.stderr, flush=True)
+    return {"size": size, "mode": mode, "batch": batch, "results": results,
+            "ours_over_hf": ratio(results, "ours", "hf"), "ours_over_ct2_float32": ratio(results, "ours", "ct2_float32")}
+
+
+def describe(result: dict) -> str:
+    return f"{result['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in result else f"n/a ({result['error']})"
+
+
+# --- reporting
+
+
+def print_table(rows: list[dict], cache_ablation: bool) -> None:
+    columns = [("size", 5), ("mode", 6), ("batch", 5), ("ours tok/s", 10), ("ours ms/sent", 12), ("HF tok/s", 9),
+               ("HF ms/sent", 10), ("ours/HF", 7), ("CT2-f32 tok/s", 13), ("CT2-int8 tok/s", 14), ("ours/CT2-f32", 12)]
+    if cache_ablation:
+        columns.append(("uncached tok/s", 14))
+    print("  ".join(f"{title:>{width}}" for title, width in columns))
+    notes = {}
+    for row in rows:
+        results = row["results"]
+        for name, result in results.items():
+            if "error" in result:
+                notes.setdefault(f"{name}: {result['error']}", []).append(f"{row['size']} {row['mode']} {row['batch']}")
+        cells = [row["size"], row["mode"], row["batch"],
+                 number(results["ours"], "tokens_per_s"), number(results["ours"], "ms_per_sentence", ".1f"),
+                 number(results["hf"], "tokens_per_s"), number(results["hf"], "ms_per_sentence", ".1f"),
+                 times(row["ours_over_hf"]), number(results["ct2_float32"], "tokens_per_s"),
+                 number(results["ct2_int8"], "tokens_per_s"), times(row["ours_over_ct2_float32"])]
+        if cache_ablation:
+            cells.append(number(results["ours_uncached"], "tokens_per_s"))
+        print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
+    for note, cases in notes.items():
+        print(f"n/a {note} ({', '.join(cases)})")
+
+
+def number(result: dict, key: str, spec: str = ",.0f") -> str:
+    return format(result[key], spec) if key in result else "n/a"
+
+
+def times(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "n/a"
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def write_json(path: str, args: argparse.Namespace, rows: list[dict], sizes: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({
+        "benchmark": "decoding speed: ours vs Transformers MarianMTModel vs CTranslate2, forced output length",
+        "machine": machine_info(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "ctranslate2": ctranslate2.__version__ if ctranslate2 else None},
+        "threads": args.threads, "repeats": args.repeats, "new_tokens": args.new_tokens,
+        "source_length": args.source_length, "vocab_size": VOCAB,
+        "sizes": sizes,
+        "results": rows,
+    }, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+# --- profiling
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Ours, small, batch 32, beam 5 (greedy while beam search is missing), once under torch.profiler."""
+    beam_size = 5 if beam_search is not None else 1
+    if beam_search is None:
+        print("attn_cli.beam not available: profiling greedy decoding instead")
+    system = Ours(build_ours("small"), args.new_tokens)
+    src = random_sources(32, args.source_length)
+    system.decode(src, beam_size)  # warm-up
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        check_outputs(system.decode(src, beam_size), 32, args.new_tokens, system.eos)
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(REPO / "configs" / "en-zh.yaml"))
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--source-length", type=int, default=16, help="source tokens per sentence, EOS included")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", choices=list(BEAM_SIZES), default=list(BEAM_SIZES))
+    parser.add_argument("--new-tokens", type=int, default=32, help="output tokens per sentence, EOS suppressed")
+    parser.add_argument("--source-length", type=int, default=20, help="source tokens per sentence, EOS included")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up; the median counts")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads and CTranslate2 intra_threads")
     parser.add_argument("--json", default=str(REPO / "bench_results" / "decode.json"))
+    parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = load_config(args.config)
-    vocab = cfg.tokenizer.vocab_size
-    model = build_model(cfg.model, vocab, vocab).eval()
-    generator = torch.Generator().manual_seed(0)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if args.profile:
+        profile(args)
+        return
 
-    rows = []
-    for batch in args.batch_sizes:
-        src = random_sources(batch, args.source_length, vocab, generator)
-        result = {"batch": batch, "new_tokens": args.new_tokens}
-        for name, use_cache in (("cached", True), ("uncached", False)):
-            seconds = statistics.median(time_decoding(model, src, args.new_tokens, use_cache, args.repeats))
-            result[f"{name}_tokens_per_s"] = batch * args.new_tokens / seconds
-            result[f"{name}_ms_per_sentence"] = 1000 * seconds / batch
-        result["speedup"] = result["cached_tokens_per_s"] / result["uncached_tokens_per_s"]
-        rows.append(result)
-
-    model_cfg = cfg.model
-    print(f"greedy decoding, {model_cfg.d_model}d {model_cfg.encoder_layers}+{model_cfg.decoder_layers} layers, "
-          f"vocabulary {vocab}, {args.new_tokens} new tokens, source {args.source_length} tokens, "
-          f"{args.threads} threads, median of {args.repeats}")
-    print(f"{'batch':>5}  {'cached tok/s':>12}  {'uncached tok/s':>14}  {'cached/uncached':>15}")
-    for row in rows:
-        print(f"{row['batch']:>5}  {row['cached_tokens_per_s']:>12,.0f}  {row['uncached_tokens_per_s']:>14,.0f}  "
-              f"{row['speedup']:>14.2f}x")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({
-        "benchmark": "greedy decoding, KV cache vs full prefix",
-        "model": {"d_model": model_cfg.d_model, "num_heads": model_cfg.num_heads, "ffn_dim": model_cfg.ffn_dim,
-                  "encoder_layers": model_cfg.encoder_layers, "decoder_layers": model_cfg.decoder_layers,
-                  "vocab_size": vocab},
-        "threads": args.threads, "repeats": args.repeats, "source_length": args.source_length,
-        "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-        "results": rows,
-    }, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    rows, sizes = [], {}
+    for size in args.sizes:
+        size_rows, sizes[size] = bench_size(size, args)
+        rows += size_rows
+    print(f"decoding {args.new_tokens} new tokens per sentence from {args.source_length}-token sources, "
+          f"vocabulary {VOCAB}, {args.threads} threads, median of {args.repeats}; ratios > 1: ours is faster")
+    for size, info in sizes.items():
+        share = info["ct2_float32_greedy_agreement_with_hf"]
+        if share is not None:
+            print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
+    print_table(rows, args.cache_ablation)
+    write_json(args.json, args, rows, sizes)
 
 
 if __name__ == "__main__":
