@@ -64,6 +64,19 @@ def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, mo
         raise
 
 
+def _fuse_attention_projections(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Checkpoints written before attention fused its projections hold separate q/k/v matrices:
+    stack them into the fused ones (qkv_proj for self-attention, kv_proj for cross-attention)."""
+    state = dict(state)
+    for name in [n for n in state if n.endswith(".k_proj.weight")]:
+        prefix = name[: -len("k_proj.weight")]
+        fused, parts = ("kv_proj", ("k_proj", "v_proj")) if "cross_attention" in prefix else \
+            ("qkv_proj", ("q_proj", "k_proj", "v_proj"))
+        for kind in ("weight", "bias"):
+            state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(f"{prefix}{part}.{kind}") for part in parts])
+    return state
+
+
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     path = Path(path)
     if not path.is_file():
@@ -77,7 +90,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     config = config_from_dict(payload["config"])
     tokenizers = Tokenizers.from_state(payload["tokenizers"])
     model = build_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)
-    model.load_state_dict(payload["model"])
+    model.load_state_dict(_fuse_attention_projections(payload["model"]))
     model.to(device).eval()
     return Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
                       payload["training_state"])

@@ -82,7 +82,7 @@ def test_cross_attention_is_projected_once_per_source_not_per_beam():
     model = lively_model(0)
     rows_projected = []
     for layer in model.decoder_layers:
-        layer.cross_attention.k_proj.register_forward_hook(lambda _m, inputs, _o: rows_projected.append(inputs[0].shape[0]))
+        layer.cross_attention.kv_proj.register_forward_hook(lambda _m, inputs, _o: rows_projected.append(inputs[0].shape[0]))
     beam_search(model, random_source(3, 6), beam_size=5, exact_steps=7)
     assert rows_projected == [3] * len(model.decoder_layers)
 

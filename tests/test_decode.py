@@ -79,8 +79,7 @@ def test_cross_attention_keys_and_values_are_projected_once_per_source():
     model = small_model()
     calls = []
     for layer in model.decoder_layers:
-        layer.cross_attention.k_proj.register_forward_hook(lambda *_: calls.append("k"))
-        layer.cross_attention.v_proj.register_forward_hook(lambda *_: calls.append("v"))
+        layer.cross_attention.kv_proj.register_forward_hook(lambda *_: calls.append("kv"))
     outputs = greedy_decode(model, random_source(2, 6), exact_steps=9)
     assert len(outputs[0]) == 9
-    assert calls.count("k") == calls.count("v") == len(model.decoder_layers)
+    assert calls.count("kv") == len(model.decoder_layers)

@@ -13,7 +13,7 @@ VARIANTS = [dict(), dict(pre_norm=False), dict(positions="learned"), dict(share_
 
 
 def test_explicit_attention_path_equals_fused_kernel_and_returns_weights():
-    attention = MultiHeadAttention(32, 4).eval()
+    attention = MultiHeadAttention(32, 4, cross=True).eval()
     query, memory = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
     mask = key_padding_mask(torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]), PAD_ID)
     fused, no_weights = attention(query, memory, mask=mask)
@@ -93,3 +93,23 @@ def test_causal_mask_shape_and_polarity():
     mask = causal_mask(3, torch.device("cpu"))
     assert mask.shape == (1, 1, 3, 3)
     assert mask[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_checkpoints_with_separate_q_k_v_matrices_load_into_the_fused_projections():
+    from attn_cli.checkpoint import _fuse_attention_projections
+
+    model = small_model()
+    separate = {}
+    for name, tensor in model.state_dict().items():
+        for fused, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("kv_proj", ("k_proj", "v_proj"))):
+            if f".{fused}." in name:
+                for part, chunk in zip(parts, tensor.chunk(len(parts))):
+                    separate[name.replace(fused, part)] = chunk
+                break
+        else:
+            separate[name] = tensor
+    assert any(".q_proj." in name for name in separate if "self_attention" in name)
+    upgraded = _fuse_attention_projections(separate)
+    assert upgraded.keys() == model.state_dict().keys()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(upgraded[name], tensor), name

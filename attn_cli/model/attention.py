@@ -36,25 +36,32 @@ def _fused_kernel_is_slow(q: torch.Tensor) -> bool:
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
+    """Self-attention projects queries, keys and values with one fused matrix product; cross-attention
+    (`cross=True`) projects queries from the decoder and keys and values, fused, from the encoder
+    output. Fewer, larger products: one token at a time, decoding is bound by the cost of each call."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, cross: bool = False):
         super().__init__()
         assert d_model % num_heads == 0, "num_heads must divide d_model"
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _split(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        # (B, T, D) -> (B, heads, T, d_head)
-        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        # (B, T, parts*D) -> parts x (B, heads, T, d_head)
+        return x.view(batch, length, parts, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
-    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Project (B, S, D) inputs to keys and values, each (B, heads, S, d_head)."""
-        return self._split_heads(self.k_proj(x)), self._split_heads(self.v_proj(x))
+    def keys_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of (B, S, D) encoder output, each (B, heads, S, d_head)."""
+        return self._split(self.kv_proj(memory), 2)
 
     def forward(
         self,
@@ -72,15 +79,18 @@ class MultiHeadAttention(nn.Module):
         b*g .. b*g+g-1 belong to source b (the hypotheses of a beam).
         Returns the output (B, T, D) and, when `need_weights`, the weights (B, heads, T, S).
         """
-        q = self._split_heads(self.q_proj(query))
-        if memory is None:
-            k, v = self.keys_values(query)
+        if (memory is not None) != self.cross:
+            raise ValueError("cross-attention needs `memory` and self-attention takes none")
+        if self.cross:
+            (q,) = self._split(self.q_proj(query), 1)
+            if cache is not None:
+                k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
+            else:
+                k, v = self.keys_values(memory)
+        else:
+            q, k, v = self._split(self.qkv_proj(query), 3)
             if cache is not None:
                 k, v = cache.append_self(k, v)
-        elif cache is not None:
-            k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
-        else:
-            k, v = self.keys_values(memory)
 
         batch, _, length, _ = q.shape
         # Beam search decodes g = batch / sources hypotheses per source sentence against keys and
@@ -89,7 +99,7 @@ class MultiHeadAttention(nn.Module):
         copies = batch // k.shape[0]
         if copies > 1:
             # (B*g, heads, T, d_head) -> (B, heads, g*T, d_head)
-            q = q.view(k.shape[0], copies, self.num_heads, length, self.head_dim).transpose(1, 2)
+            q = q.reshape(k.shape[0], copies, self.num_heads, length, self.head_dim).transpose(1, 2)
             q = q.reshape(k.shape[0], self.num_heads, copies * length, self.head_dim)
 
         dropout = self.dropout if self.training else 0.0

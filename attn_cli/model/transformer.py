@@ -109,7 +109,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout, cross=True)
         self.feed_forward = FeedForward(d_model, ffn_dim)
         self.self_residual = Residual(d_model, dropout, pre_norm)
         self.cross_residual = Residual(d_model, dropout, pre_norm)
