@@ -83,3 +83,22 @@ def test_cross_attention_keys_and_values_are_projected_once_per_source():
     outputs = greedy_decode(model, random_source(2, 6), exact_steps=9)
     assert len(outputs[0]) == 9
     assert calls.count("kv") == len(model.decoder_layers)
+
+
+def test_the_cache_grows_and_reorders_without_changing_any_logit():
+    """Past its first capacity (32 positions), and with rows reordered as beams do, the cache still
+    gives the logits of the full prefix."""
+    model = small_model()
+    src = random_source(3, 6, lengths=[6, 4, 5])
+    encoded, cache = model.encode(src), model.new_cache()
+    prefix = torch.full((3, 1), BOS_ID)
+    with torch.inference_mode():
+        for step in range(70):
+            cached = model.decode(prefix[:, -1:], encoded, cache)[:, -1]
+            full = model.decode(prefix, encoded)[:, -1]
+            torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+            prefix = torch.cat([prefix, full.argmax(-1, keepdim=True)], dim=1)
+            if step in (20, 40):  # reorder the rows: row 0 takes row 2's history, and so on
+                rows = torch.tensor([2, 0, 1])
+                cache.select(rows, source_rows=rows)
+                prefix, encoded = prefix[rows], encoded.select(rows)

@@ -113,3 +113,15 @@ def test_checkpoints_with_separate_q_k_v_matrices_load_into_the_fused_projection
     assert upgraded.keys() == model.state_dict().keys()
     for name, tensor in model.state_dict().items():
         assert torch.equal(upgraded[name], tensor), name
+
+
+def test_the_output_matrix_follows_weight_updates_in_evaluation():
+    model = small_model()
+    src, tgt = random_source(2, 5), torch.randint(4, 50, (2, 4))
+    before = model(src, tgt)
+    with torch.no_grad():
+        model.tgt_embedding.weight.mul_(1.5)  # an in-place update, as an optimizer makes
+    after = model(src, tgt)
+    model.train()
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, model(src, tgt), atol=1e-5, rtol=1e-5)  # training uses the live view

@@ -82,13 +82,13 @@ class MultiHeadAttention(nn.Module):
         if (memory is not None) != self.cross:
             raise ValueError("cross-attention needs `memory` and self-attention takes none")
         if self.cross:
-            (q,) = self._split(self.q_proj(query), 1)
+            (q,) = self._split(F.linear(query, self.q_proj.weight, self.q_proj.bias), 1)
             if cache is not None:
                 k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
             else:
                 k, v = self.keys_values(memory)
         else:
-            q, k, v = self._split(self.qkv_proj(query), 3)
+            q, k, v = self._split(F.linear(query, self.qkv_proj.weight, self.qkv_proj.bias), 3)
             if cache is not None:
                 k, v = cache.append_self(k, v)
 
@@ -111,7 +111,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = self._unfold_copies(out, copies), self._unfold_copies(weights, copies)
         # (B, heads, T, d_head) -> (B, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
-        return self.out_proj(out), weights
+        # Direct calls rather than module calls: a decoding step is short enough for dispatch to show.
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias), weights
 
     def _unfold_copies(self, x: Optional[torch.Tensor], copies: int) -> Optional[torch.Tensor]:
         """(B, heads, g*T, X) -> (B*g, heads, T, X): undo the folding of hypotheses into queries."""

@@ -16,32 +16,68 @@ KeysValues = tuple[torch.Tensor, torch.Tensor]
 
 
 class LayerCache:
+    """One decoder layer's cache.
+
+    Self-attention keys and values live in preallocated time-major buffers (capacity, rows, heads,
+    d_head): a step writes one slice where `torch.cat` would copy the whole history, and the history
+    of each row stays one contiguous block per position, so reordering rows for beams is a single
+    `index_select` into a spare buffer, after which the two swap.
+    """
+
     def __init__(self) -> None:
-        self.self_keys: Optional[torch.Tensor] = None  # (B, heads, steps so far, d_head)
-        self.self_values: Optional[torch.Tensor] = None
-        self.cross_keys: Optional[torch.Tensor] = None  # (B, heads, S, d_head)
+        self.length = 0  # positions cached so far
+        self._keys: Optional[torch.Tensor] = None  # (capacity, B, heads, d_head)
+        self._values: Optional[torch.Tensor] = None
+        self._spares: list[Optional[torch.Tensor]] = [None, None]  # reordering targets for keys, values
+        self.cross_keys: Optional[torch.Tensor] = None  # (sources, heads, S, d_head)
         self.cross_values: Optional[torch.Tensor] = None
 
     def append_self(self, keys: torch.Tensor, values: torch.Tensor) -> KeysValues:
-        if self.self_keys is None:
-            self.self_keys, self.self_values = keys, values
-        else:
-            self.self_keys = torch.cat([self.self_keys, keys], dim=2)
-            self.self_values = torch.cat([self.self_values, values], dim=2)
-        return self.self_keys, self.self_values
+        """Add this step's (B, heads, T, d_head) keys and values; returns all so far, same layout."""
+        steps = keys.shape[2]
+        if self._keys is None or self.length + steps > self._keys.shape[0]:
+            self._grow(keys, self.length + steps)
+        # (B, heads, T, d_head) -> (T, B, heads, d_head)
+        self._keys[self.length : self.length + steps] = keys.permute(2, 0, 1, 3)
+        self._values[self.length : self.length + steps] = values.permute(2, 0, 1, 3)
+        self.length += steps
+        # (t, B, heads, d_head) -> (B, heads, t, d_head), as views
+        return self._keys[: self.length].permute(1, 2, 0, 3), self._values[: self.length].permute(1, 2, 0, 3)
+
+    def _grow(self, like: torch.Tensor, needed: int) -> None:
+        batch, heads, _, head_dim = like.shape
+        capacity = max(32, 2 * needed)
+        grown = []
+        for old in (self._keys, self._values):
+            buffer = like.new_empty((capacity, batch, heads, head_dim))
+            if old is not None:
+                buffer[: self.length] = old[: self.length]
+            grown.append(buffer)
+        self._keys, self._values = grown
+        self._spares = [None, None]
 
     def cross_keys_values(self, project: Callable[[], KeysValues]) -> KeysValues:
         if self.cross_keys is None:
             self.cross_keys, self.cross_values = project()
         return self.cross_keys, self.cross_values
 
-    def select(self, rows: torch.Tensor, source_rows: torch.Tensor) -> None:
-        if self.self_keys is not None:
-            self.self_keys = self.self_keys.index_select(0, rows)
-            self.self_values = self.self_values.index_select(0, rows)
+    def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor]) -> None:
+        if self._keys is not None:
+            keys = self._reordered(self._keys, self._spares[0], rows)
+            values = self._reordered(self._values, self._spares[1], rows)
+            self._spares = [self._keys, self._values]
+            self._keys, self._values = keys, values
         if self.cross_keys is not None and source_rows is not None:
             self.cross_keys = self.cross_keys.index_select(0, source_rows)
             self.cross_values = self.cross_values.index_select(0, source_rows)
+
+    def _reordered(self, buffer: torch.Tensor, spare: Optional[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        shape = (buffer.shape[0], rows.shape[0], *buffer.shape[2:])
+        if spare is None or spare.shape != shape:
+            spare = buffer.new_empty(shape)
+        with torch.no_grad():  # the cache serves inference; `out=` cannot record gradients
+            torch.index_select(buffer[: self.length], 1, rows, out=spare[: self.length])
+        return spare
 
 
 class KVCache:

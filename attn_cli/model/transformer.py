@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attn_cli.config import ModelConfig
@@ -30,6 +31,14 @@ class Encoded:
 
     def select(self, rows: torch.Tensor) -> "Encoded":
         return Encoded(self.memory.index_select(0, rows), self.mask.index_select(0, rows))
+
+    @property
+    def cross_attention_mask(self) -> Optional[torch.Tensor]:
+        """The mask for cross-attention, or None when no source is padded (attention runs faster
+        without a mask; a length-sorted decoding batch often has no padding)."""
+        if not hasattr(self, "_padded"):
+            self._padded = not bool(self.mask.all())
+        return self.mask if self._padded else None
 
 
 class SinusoidalPositions(nn.Module):
@@ -75,6 +84,11 @@ class FeedForward(nn.Sequential):
     def __init__(self, d_model: int, ffn_dim: int):
         super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d_model))
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Direct calls: each decoding step is short enough for module dispatch to show.
+        inner, outer = self[0], self[2]
+        return F.linear(F.relu(F.linear(x, inner.weight, inner.bias)), outer.weight, outer.bias)
+
 
 class Residual(nn.Module):
     """x + dropout(sublayer(...)) with LayerNorm before the sublayer (pre-LN) or after the sum (post-LN)."""
@@ -82,12 +96,14 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, sublayer) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         out, weights = sublayer(self.norm(x) if self.pre_norm else x)
-        x = x + self.dropout(out)
+        if self.training and self.dropout > 0:
+            out = F.dropout(out, self.dropout, training=True)
+        x = x + out
         return (x if self.pre_norm else self.norm(x)), weights
 
 
@@ -183,7 +199,7 @@ class Transformer(nn.Module):
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
-            x, self_weights, cross_weights = layer(x, self_mask, encoded.memory, encoded.mask, layer_cache,
+            x, self_weights, cross_weights = layer(x, self_mask, encoded.memory, encoded.cross_attention_mask, layer_cache,
                                                    need_weights=attention is not None)
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
@@ -191,7 +207,21 @@ class Transformer(nn.Module):
         if cache is not None:
             cache.steps += length
         # The output projection is the target embedding matrix (weight tying).
-        return self.decoder_norm(x) @ self.tgt_embedding.weight.t()
+        return self.decoder_norm(x) @ self._output_matrix()
+
+    def _output_matrix(self) -> torch.Tensor:
+        """The (D, V) output matrix: the transposed (V, D) embedding, copied to be contiguous while
+        the weights stay the same. A few rows (a decoding step) multiply with the contiguous copy up
+        to 3x faster on the CPU; training, whose weights change every step, uses the view."""
+        weight = self.tgt_embedding.weight
+        if self.training:
+            return weight.t()
+        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        if getattr(self, "_output_matrix_key", None) != key:
+            with torch.no_grad():
+                self._output_matrix_copy = weight.t().contiguous()
+            self._output_matrix_key = key
+        return self._output_matrix_copy
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt_in, self.encode(src))
