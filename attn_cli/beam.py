@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits
+from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.tokenizer import BOS_ID, EOS_ID
 
@@ -33,13 +33,17 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
-    search = _BeamState(model, src, beam_size, alpha, output_limits(model, src, max_len_a, max_len_b))
+    limits = output_limits(model, src, max_len_a, max_len_b)
+    search = _BeamState(model, src, beam_size, alpha, limits)
     cache = model.new_cache()
-    steps = exact_steps if exact_steps is not None else int(search.limits.max()) + 1  # + 1 for the EOS
+    steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     for step in range(steps):
         logits = model.decode(search.history[:, -1:], search.encoded, cache)[:, -1]
-        log_probs = next_token_log_probs(logits, step, search.limits.repeat_interleave(beam_size), exact_steps is not None)
-        rows, sources = search.advance(log_probs, step)
+        at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
+        if at_limit is not None:
+            at_limit = at_limit.repeat_interleave(beam_size)
+        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None)
+        rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
         if not rows.numel():
             break
         cache.select(rows, sources)
@@ -56,6 +60,10 @@ class _BeamState:
         self.k, self.alpha = beam_size, alpha
         self.encoded = model.encode(src)
         self.limits = limits  # (live,) output tokens each live sentence may have before its EOS
+        # Length penalties at each sentence's longest possible output (its limit plus EOS).
+        self.penalty_at_limit = length_penalty((limits + 1).float(), alpha)
+        self.shortest_limit = int(limits.min())  # before this step, no sentence is at its limit
+        self.full = False  # whether some sentence holds k finished hypotheses yet
         self.sentence = torch.arange(batch, device=device)  # the input index of each live sentence
         # Summed log-probability of each hypothesis; a sentence starts with one, so the other
         # k - 1 start at -inf and the first step's k best all extend the one BOS.
@@ -65,11 +73,12 @@ class _BeamState:
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # best first, at most k each
         self.worst_kept = torch.full((batch,), float("-inf"), device=device)  # k-th best finished score
 
-    def advance(self, log_probs: torch.Tensor, step: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def advance(self, log_probs: torch.Tensor, step: int, could_end: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Take one step from the (live*k, V) log-probabilities of output position `step`.
 
         Returns the cache rows to keep, in their new order, and the source rows to keep (None when
-        no sentence left the batch).
+        no sentence left the batch). `could_end=False` (forced-length decoding) skips the checks
+        for finished hypotheses and sentences.
         """
         live, k = self.scores.shape
         vocab = log_probs.shape[1]
@@ -79,7 +88,8 @@ class _BeamState:
         top_scores, top_ids = candidates.topk(2 * k, dim=1)
         origin, token = top_ids // vocab, top_ids % vocab
         ends = token == EOS_ID
-        self._finish(ends[:, :k] & top_scores[:, :k].isfinite(), top_scores, origin, step)
+        if could_end:
+            self._finish(ends[:, :k] & top_scores[:, :k].isfinite(), top_scores, origin, step)
 
         # A stable sort puts the candidates that go on first, still in rank order.
         going_on = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
@@ -88,6 +98,9 @@ class _BeamState:
         rows = (torch.arange(live, device=origin.device)[:, None] * k + origin).view(-1)  # (live*k,)
         self.history = torch.cat([self.history[rows], token.view(-1, 1)], dim=1)
 
+        # Until some sentence has k finished hypotheses, only a sentence at its limit can be done.
+        if not could_end or not (self.full or step >= self.shortest_limit):
+            return rows, None
         done = self._done(step)
         if not done.any():
             return rows, None
@@ -95,6 +108,7 @@ class _BeamState:
         kept_rows = (kept[:, None] * k + torch.arange(k, device=kept.device)).view(-1)  # (kept*k,)
         self.scores, self.limits, self.sentence = self.scores[kept], self.limits[kept], self.sentence[kept]
         self.worst_kept, self.encoded = self.worst_kept[kept], self.encoded.select(kept)
+        self.penalty_at_limit = self.penalty_at_limit[kept]
         self.history = self.history[kept_rows]
         return rows.view(live, k)[kept].view(-1), kept
 
@@ -116,6 +130,7 @@ class _BeamState:
         del kept[self.k:]
         if len(kept) == self.k:
             self.worst_kept[live_index] = kept[-1].score
+            self.full = True
 
     def _done(self, step: int) -> torch.Tensor:
         """(live,) whether no live hypothesis of a sentence can beat its k best finished ones.
@@ -126,7 +141,7 @@ class _BeamState:
         """
         best = self.scores.max(dim=1).values  # -inf when no hypothesis goes on
         shortest = best / length_penalty(step + 2, self.alpha)
-        longest = best / length_penalty((self.limits + 1).float(), self.alpha)
+        longest = best / self.penalty_at_limit
         return best.isneginf() | (self.worst_kept >= torch.maximum(shortest, longest))
 
     def finish_all_alive(self, steps: int) -> None:

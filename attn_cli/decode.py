@@ -39,24 +39,28 @@ def output_limits(model: Transformer, src: torch.Tensor, max_len_a: float, max_l
     return limits
 
 
-def next_token_log_probs(logits: torch.Tensor, step: int, limits: torch.Tensor, exact: bool) -> torch.Tensor:
-    """(rows, V) logits of output position `step` -> log-probabilities of what may come next.
+def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
+    """(rows, V) logits -> log-probabilities of what may come next.
 
-    Padding and BOS are never emitted. A row at its length limit may only end (EOS keeps its own
-    probability, so scores stay true log-probabilities); `exact` forbids ending at all.
+    Padding and BOS are never emitted. A row whose `at_limit` is True may only end (EOS keeps its
+    own probability, so scores stay true log-probabilities); None means no row is at its limit.
+    `exact` forbids ending at all.
     """
     logits = logits.float()
     logits[:, _NEVER_EMITTED] = float("-inf")
     log_probs = logits.log_softmax(dim=-1)
     if exact:
         log_probs[:, EOS_ID] = float("-inf")
-    else:
-        at_limit = step >= limits
-        if at_limit.any():
-            eos = log_probs[at_limit, EOS_ID]
-            log_probs[at_limit] = float("-inf")
-            log_probs[at_limit, EOS_ID] = eos
+    elif at_limit is not None and at_limit.any():
+        eos = log_probs[at_limit, EOS_ID]
+        log_probs[at_limit] = float("-inf")
+        log_probs[at_limit, EOS_ID] = eos
     return log_probs
+
+
+def rows_at_limit(step: int, limits: torch.Tensor, shortest_limit: int) -> Optional[torch.Tensor]:
+    """(rows,) whether each row has reached its limit at this step; None while none can have."""
+    return step >= limits if step >= shortest_limit else None
 
 
 # A rule that picks the next token of every row from its (rows, V) log-probabilities.
@@ -106,11 +110,13 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
         rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
         encoded, limits = encoded.select(rows), limits[rows]
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
+    shortest_limit = int(limits.min())
     cache = model.new_cache() if use_cache else None
     state = _GreedyState(encoded, limits, src.device)
     for step in range(steps):
         logits = model.decode(state.prefix[:, -1:] if use_cache else state.prefix, state.encoded, cache)[:, -1]
-        log_probs = next_token_log_probs(logits, step, state.limits, exact_steps is not None)
+        at_limit = rows_at_limit(step, state.limits, shortest_limit)
+        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None)
         next_tokens = choose(log_probs)
         state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1))
         ended = next_tokens == EOS_ID

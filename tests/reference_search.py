@@ -28,7 +28,7 @@ def reference_beam_search(model, src_row: torch.Tensor, beam_size: int, alpha: f
         for tokens, log_prob in beam:
             prefix = torch.tensor([[BOS_ID] + tokens])
             logits = model.decode(prefix, encoded)[:, -1]  # the whole prefix, every step
-            next_log_probs = next_token_log_probs(logits, step, torch.tensor([limit]), exact=False)[0]
+            next_log_probs = next_token_log_probs(logits, torch.tensor([step >= limit]), exact=False)[0]
             totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs  # float32, as batched
             for token, total in enumerate(totals.tolist()):
                 if total != float("-inf"):
