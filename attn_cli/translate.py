@@ -41,8 +41,9 @@ def decode_batch(model: Transformer, src: torch.Tensor, options: DecodeConfig,
     """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search."""
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
-        return greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
-                             samples=options.n_best, alpha=options.length_penalty)
+        samples = greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
+                                samples=options.n_best, alpha=options.length_penalty)
+        return [sorted(hypotheses, key=lambda h: h.score, reverse=True) for hypotheses in samples]  # best first
     if options.beam_size == 1:
         return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty)
     return beam_search(model, src, options.beam_size, options.length_penalty, options.max_len_a,
@@ -59,7 +60,8 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
     boundaries = {i + 1 for i, piece in enumerate(pieces(ids)) if piece.rstrip().endswith(_BOUNDARY_ENDINGS)}
     parts, start = [], 0
     while len(ids) - start > limit:
-        cut = max((b for b in boundaries if start + limit // 2 <= b <= start + limit), default=start + limit)
+        # max(1, ...): with limit 1, a boundary at `start` itself would cut an empty part, forever.
+        cut = max((b for b in boundaries if start + max(1, limit // 2) <= b <= start + limit), default=start + limit)
         parts.append(ids[start:cut])
         start = cut
     parts.append(ids[start:])
@@ -96,15 +98,15 @@ def translate_sentences(model: Transformer, tokenizers: Tokenizers, sentences: S
     for owner, hypotheses in zip(owners, outputs):
         per_input[owner].append(hypotheses)
     joiner = "" if target_language in _UNSPACED_LANGUAGES else " "
-    return [_assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner)
+    return [_assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best)
             for sentence, ids, part_ids, part_outputs in zip(sentences, encoded, parts, per_input)]
 
 
 def _assemble(sentence: str, ids: list[int], parts: list[list[int]], outputs: list[list[Hypothesis]],
-              tokenizers: Tokenizers, joiner: str) -> Translation:
+              tokenizers: Tokenizers, joiner: str, n_best: int) -> Translation:
     """One input's translation from its parts' hypotheses: the i-th best of each part, joined."""
-    if not outputs:
-        return Translation(sentence, [""], [0.0], [[]], parts, outputs)
+    if not outputs:  # an empty input: n empty translations, so n-best output keeps n lines per input
+        return Translation(sentence, [""] * n_best, [0.0] * n_best, [[] for _ in range(n_best)], parts, outputs)
     texts, scores, tokens = [], [], []
     for rank in range(min(len(hypotheses) for hypotheses in outputs)):
         chosen = [hypotheses[rank] for hypotheses in outputs]

@@ -91,7 +91,9 @@ class FeedForward(nn.Sequential):
 
 
 class Residual(nn.Module):
-    """x + dropout(sublayer(...)) with LayerNorm before the sublayer (pre-LN) or after the sum (post-LN)."""
+    """The residual connection around a sublayer: x + dropout(sublayer(...)), with LayerNorm before
+    the sublayer (pre-LN) or after the sum (post-LN). `enter(x)` is the sublayer's input and
+    `leave(x, out)` adds its output back."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
@@ -99,12 +101,14 @@ class Residual(nn.Module):
         self.dropout = dropout
         self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, sublayer) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        out, weights = sublayer(self.norm(x) if self.pre_norm else x)
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def leave(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.training and self.dropout > 0:
             out = F.dropout(out, self.dropout, training=True)
         x = x + out
-        return (x if self.pre_norm else self.norm(x)), weights
+        return x if self.pre_norm else self.norm(x)
 
 
 class EncoderLayer(nn.Module):
@@ -116,8 +120,9 @@ class EncoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, mask, need_weights=False):
-        x, weights = self.attention_residual(x, lambda h: self.self_attention(h, mask=mask, need_weights=need_weights))
-        x, _ = self.feed_forward_residual(x, lambda h: (self.feed_forward(h), None))
+        out, weights = self.self_attention(self.attention_residual.enter(x), mask=mask, need_weights=need_weights)
+        x = self.attention_residual.leave(x, out)
+        x = self.feed_forward_residual.leave(x, self.feed_forward(self.feed_forward_residual.enter(x)))
         return x, weights
 
 
@@ -132,11 +137,13 @@ class DecoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
-        x, self_weights = self.self_residual(
-            x, lambda h: self.self_attention(h, mask=self_mask, cache=cache, need_weights=need_weights))
-        x, cross_weights = self.cross_residual(
-            x, lambda h: self.cross_attention(h, memory, mask=memory_mask, cache=cache, need_weights=need_weights))
-        x, _ = self.feed_forward_residual(x, lambda h: (self.feed_forward(h), None))
+        out, self_weights = self.self_attention(self.self_residual.enter(x), mask=self_mask, cache=cache,
+                                                need_weights=need_weights)
+        x = self.self_residual.leave(x, out)
+        out, cross_weights = self.cross_attention(self.cross_residual.enter(x), memory, mask=memory_mask, cache=cache,
+                                                  need_weights=need_weights)
+        x = self.cross_residual.leave(x, out)
+        x = self.feed_forward_residual.leave(x, self.feed_forward(self.feed_forward_residual.enter(x)))
         return x, self_weights, cross_weights
 
 
