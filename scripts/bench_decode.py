@@ -31,16 +31,11 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
+from attn_cli.beam import beam_search
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-try:
-    from attn_cli.beam import beam_search
-except ModuleNotFoundError as error:  # beam search may not exist yet; the other cases still run
-    if error.name != "attn_cli.beam":
-        raise
-    beam_search = None
 
 try:
     import ctranslate2
@@ -89,8 +84,6 @@ class Ours:
             return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
         if not self.use_cache:
             raise Unavailable("greedy only")
-        if beam_search is None:
-            raise Unavailable("attn_cli.beam not available")
         n_best = beam_search(self.model, src, beam_size=beam_size, alpha=0.0, max_len_a=1.5,
                              max_len_b=10, n_best=1, exact_steps=self.new_tokens)
         return [hypotheses[0].tokens for hypotheses in n_best]
@@ -358,10 +351,8 @@ def write_json(path: str, args: argparse.Namespace, rows: list[dict], sizes: dic
 
 
 def profile(args: argparse.Namespace) -> None:
-    """Ours, small, batch 32, beam 5 (greedy while beam search is missing), once under torch.profiler."""
-    beam_size = 5 if beam_search is not None else 1
-    if beam_search is None:
-        print("attn_cli.beam not available: profiling greedy decoding instead")
+    """Ours, small, batch 32, beam 5, once under torch.profiler."""
+    beam_size = 5
     system = Ours(build_ours("small"), args.new_tokens)
     src = random_sources(32, args.source_length)
     system.decode(src, beam_size)  # warm-up
