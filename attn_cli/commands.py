@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import select
 import sys
 from dataclasses import dataclass
@@ -107,16 +108,16 @@ DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "
 def decode_options(decode: DecodeConfig, flags: dict[str, Any]) -> DecodeConfig:
     """The checkpoint's decode settings with the flags the user gave (None = not given)."""
     given = {key: value for key, value in flags.items() if value is not None}
-    if given.get("sample") and "n_best" in given and "beam_size" not in given:
-        given["beam_size"] = max(decode.beam_size, given["n_best"])  # samples are not limited by the beam
     options = dataclasses.replace(decode, **given)
     try:
         options.validate("decode")
     except ConfigError as error:
+        # Name this command's flags, not the config keys: "decode.n_best: 4 is more than beam_size=2"
+        # -> "--n-best: 4 is more than --beam=2".
         message = str(error)
-        for key in given:
-            message = message.replace(f"decode.{key}", DECODE_FLAGS[key])
-        raise UserError(message) from None
+        for key in flags:
+            message = re.sub(rf"\b(decode\.)?{key}\b", DECODE_FLAGS[key], message)
+        raise UserError(message.removeprefix("decode: ")) from None
     return options
 
 
@@ -146,8 +147,8 @@ class _Translator:
 
     def translate_with_progress(self, sentences: Sequence[str], console: Console) -> list[Translation]:
         with _progress(console) as progress:
-            task = progress.add_task("translating", total=len(sentences))
-            return self(sentences, on_batch=lambda n: progress.advance(task, n))
+            task = progress.add_task("translating", total=None)
+            return self(sentences, on_batch=lambda done, total: progress.update(task, completed=done, total=total))
 
 
 def _progress(console: Console) -> Progress:
@@ -187,11 +188,14 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
             translations = translator.translate_with_progress(lines, console)
         else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
             for batch in _stdin_batches(sys.stdin):
-                writer.write(translator(batch))
+                translations = translator(batch)
+                writer.write(translations)
+                if inspection.wanted:
+                    _inspect(loaded, translations, inspection, console, first=writer.count - len(batch), numbered=True)
             return
         writer.write(translations)
         if inspection.wanted:
-            _inspect(loaded, translations, inspection, console)
+            _inspect(loaded, translations, inspection, console, first=0, numbered=len(translations) > 1)
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     finally:
@@ -252,9 +256,10 @@ class _Writer:
 
 
 def _inspect(loaded: Checkpoint, translations: Sequence[Translation], inspection: Inspection,
-             console: Console) -> None:
-    """Draw and/or save the attention of each translation's best hypothesis (first part of a split input)."""
-    for number, translation in enumerate(translations):
+             console: Console, first: int, numbered: bool) -> None:
+    """Draw and/or save the attention of each translation's best hypothesis (first part of a split
+    input). Numbered files are named by input line: attention.json -> attention.0.json, ..."""
+    for number, translation in enumerate(translations, start=first):
         if not translation.outputs:
             continue
         source_ids, output_ids = translation.parts[0], translation.outputs[0][0].tokens
@@ -265,7 +270,7 @@ def _inspect(loaded: Checkpoint, translations: Sequence[Translation], inspection
             console.print(render_alignment(maps, source_tokens, target_tokens, inspection.layer, inspection.head))
         if inspection.output is not None:
             path = inspection.output
-            if len(translations) > 1:  # one file per sentence: attention.json -> attention.0.json, ...
+            if numbered:
                 path = path.with_name(f"{path.stem}.{number}{path.suffix}")
             save_attention(path, maps, source_tokens, target_tokens)
             console.print(f"attention weights written to {path}", highlight=False)
@@ -277,7 +282,8 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
     checkpoint_path = find_checkpoint(run, checkpoint)
     loaded = load_translator(None, checkpoint_path, device)
-    translator = _Translator(loaded, decode_options(loaded.config.decode, decode_flags))
+    # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
+    translator = _Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags))
     cfg = loaded.config
     if src is None:
         # A checkpoint lives in RUN/checkpoints/, so its run is two levels up.

@@ -70,12 +70,12 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
 
 def translate_sentences(model: Transformer, tokenizers: Tokenizers, sentences: Sequence[str], options: DecodeConfig,
                         max_source_tokens: int, target_language: str = "",
-                        on_batch: Callable[[int], None] | None = None) -> list[Translation]:
+                        on_batch: Callable[[int, int], None] | None = None) -> list[Translation]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
     An input of more than `max_source_tokens` tokens is split or truncated as `options.long_inputs`
-    says, with a note. An empty (or all-whitespace) line translates to an empty line. `on_batch(n)`
-    is told after each batch of n parts.
+    says, with a note. An empty (or all-whitespace) line translates to an empty line. After each
+    batch, `on_batch(done, total)` is told how many of the parts to translate are done.
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
@@ -87,12 +87,14 @@ def translate_sentences(model: Transformer, tokenizers: Tokenizers, sentences: S
     owners = [owner for owner, _ in owned]
     examples = [Example(index, part, []) for index, (_, part) in enumerate(owned)]
     outputs: list[list[Hypothesis]] = [[] for _ in examples]
+    done = 0
     for positions in token_batches(examples, options.max_tokens, shuffle=False):
         batch = collate([examples[p] for p in positions]).to(device)
         for index, hypotheses in zip(batch.indices, decode_batch(model, batch.src, options, generator)):
             outputs[index] = hypotheses
+        done += len(positions)
         if on_batch is not None:
-            on_batch(len(positions))
+            on_batch(done, len(examples))
 
     per_input: list[list[list[Hypothesis]]] = [[] for _ in sentences]
     for owner, hypotheses in zip(owners, outputs):

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,26 @@ CORPUS = REPO.parent / "shared" / "data" / "tatoeba-cmn-eng" / "cmn.txt"
 def _single_thread_determinism():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """One tiny training run (configs/tiny.yaml, some 20 s) shared by every test file that needs one."""
+    if not CORPUS.is_file():
+        pytest.skip(f"corpus not found at {CORPUS}")
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    run_dir = tmp_path_factory.mktemp("run")
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the config's corpus path is relative to the repository root
+    try:
+        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 0, result.output
+    return run_dir
 
 
 def small_model(**overrides) -> Transformer:

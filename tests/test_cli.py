@@ -20,20 +20,6 @@ def invoke(*args, input=None):
     return result
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """One tiny training run shared by the tests below."""
-    run_dir = tmp_path_factory.mktemp("run")
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the config's corpus path is relative to the repository root
-    try:
-        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}")
-    finally:
-        os.chdir(cwd)
-    assert result.exit_code == 0, result.output
-    return run_dir
-
-
 def test_train_writes_config_tokenizer_splits_checkpoints_and_metrics(trained_run):
     for name in ("config.yaml", "tokenizer/joint.model", "data/test.en", "data/test.zh", "data/valid.en",
                  "checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl"):
@@ -134,3 +120,184 @@ def test_training_into_a_finished_run_is_refused(trained_run):
     assert result.exit_code == 2
     assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
     assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
+
+
+# --- translate: output formats, n-best, stdin, attention; eval with decode flags ---------------------
+
+SENTENCES = ["Where is the station?", "Hello.", "I love machine learning"]
+
+
+@pytest.fixture(scope="module")
+def varied_checkpoint(trained_run, tmp_path_factory):
+    """The tiny run's config and tokenizers with random, scaled-up weights: the trained tiny model
+    translates every input to the same empty line, which would let a mixed-up order pass; these
+    weights give each input its own output."""
+    import torch
+
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.model import build_model
+
+    loaded = load_checkpoint(trained_run / "checkpoints" / "best.pt")
+    torch.manual_seed(0)
+    model = build_model(loaded.config.model, loaded.tokenizers.source.vocab_size, loaded.tokenizers.target.vocab_size)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.mul_(3.0)
+    path = tmp_path_factory.mktemp("varied") / "checkpoints" / "varied.pt"
+    save_checkpoint(path, loaded.config, loaded.tokenizers, model, step=0, epoch=0)
+    return path
+
+
+def translate_ok(checkpoint, *args, input=None):
+    result = invoke("translate", "--checkpoint", str(checkpoint), *args, input=input)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_the_varied_checkpoint_translates_inputs_differently(varied_checkpoint):
+    lines = translate_ok(varied_checkpoint, *SENTENCES).stdout.splitlines()
+    assert len(lines) == 3 and len(set(lines)) == 3
+
+
+def test_jsonl_and_n_best_text_output_agree(varied_checkpoint):
+    records = [json.loads(line) for line in
+               translate_ok(varied_checkpoint, "--format", "jsonl", "--beam", "3", "--n-best", "2", *SENTENCES).stdout.splitlines()]
+    assert [record["source"] for record in records] == SENTENCES
+    for record in records:
+        assert "note" not in record
+        hypotheses = record["translations"]
+        assert len(hypotheses) == 2 and all(set(h) == {"text", "score", "tokens"} for h in hypotheses)
+        assert all(isinstance(h["text"], str) and isinstance(h["score"], float) and h["score"] < 0 for h in hypotheses)
+        assert all(h["tokens"] and all(isinstance(t, str) for t in h["tokens"]) for h in hypotheses)
+        assert hypotheses[0]["score"] >= hypotheses[1]["score"]
+        assert hypotheses[0]["tokens"] != hypotheses[1]["tokens"]
+
+    # text: input<TAB>score<TAB>text, n lines per input, the same translations and scores
+    lines = translate_ok(varied_checkpoint, "--beam", "3", "--n-best", "2", *SENTENCES).stdout.splitlines()
+    rows = [line.split("\t", 2) for line in lines]
+    assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 2]
+    expected = [(h["score"], h["text"]) for record in records for h in record["translations"]]
+    assert [(float(score), text) for _, score, text in rows] == expected
+
+    # the best of an n-best list is what one translation per input gives
+    plain = translate_ok(varied_checkpoint, "--beam", "3", *SENTENCES).stdout.splitlines()
+    assert plain == [record["translations"][0]["text"] for record in records]
+
+
+def test_stdin_gives_a_line_per_input_line_like_arguments(varied_checkpoint):
+    from_arguments = translate_ok(varied_checkpoint, *SENTENCES).stdout
+    from_stdin = translate_ok(varied_checkpoint, input="".join(s + "\n" for s in SENTENCES)).stdout
+    assert from_stdin == from_arguments and len(from_stdin.splitlines()) == 3
+
+    # n-best lines number the inputs across the lines read one by one; an empty line keeps its n lines
+    n_best = translate_ok(varied_checkpoint, "--beam", "3", "--n-best", "2", input=f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n")
+    rows = [line.split("\t", 2) for line in n_best.stdout.splitlines()]
+    assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 2]
+    assert rows[2:4] == [["1", "0.0000", ""]] * 2
+    from_arguments = translate_ok(varied_checkpoint, "--beam", "3", "--n-best", "2", *SENTENCES[:2]).stdout.splitlines()
+    assert [row[1:] for row in rows[:2] + rows[4:]] == [line.split("\t", 2)[1:] for line in from_arguments]
+
+
+def test_sampling_draws_n_best_samples_beyond_the_beam_repeatably(varied_checkpoint):
+    args = ("--sample", "--n-best", "4", "--beam", "2", "--seed", "3", "--format", "jsonl", "Hello.")
+    first = translate_ok(varied_checkpoint, *args).stdout
+    assert first == translate_ok(varied_checkpoint, *args).stdout
+    scores = [h["score"] for h in json.loads(first)["translations"]]
+    assert len(scores) == 4 and scores == sorted(scores, reverse=True)
+
+
+def test_bad_decode_flags_are_one_line_naming_the_flags(varied_checkpoint):
+    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--n-best", "4", "--beam", "2", "Hello.")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--n-best: 4 is more than --beam=2" in result.stderr
+    assert "decode." not in result.stderr and "Traceback" not in result.output
+
+
+def test_attention_out_matches_the_translation_tokens(varied_checkpoint, tmp_path):
+    from attn_cli.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(varied_checkpoint)
+    layers, heads = loaded.config.model.decoder_layers, loaded.config.model.num_heads
+    out = tmp_path / "attention.json"
+    result = translate_ok(varied_checkpoint, "--format", "jsonl", "--attention-out", str(out), SENTENCES[0])
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]  # the "written to" note is on stderr
+    assert f"attention weights written to {out}" in result.stderr
+    saved = json.loads(out.read_text())
+    tokens = record["translations"][0]["tokens"]
+    assert saved["source_tokens"] == loaded.tokenizers.source.encode_pieces([SENTENCES[0]])[0] + ["</s>"]
+    assert saved["output_tokens"] == tokens + ["</s>"] and saved["decoder_input_tokens"] == ["<s>"] + tokens
+    cross = torch_tensor(saved["cross"])
+    assert list(cross.shape) == [layers, heads, len(tokens) + 1, len(saved["source_tokens"])]
+    assert cross.sum(dim=-1).sub(1).abs().max() < 1e-4  # each query's weights over the source sum to 1
+
+    # several sentences: one file each, numbered, each with its own source
+    translate_ok(varied_checkpoint, "--attention-out", str(out), *SENTENCES[:2])
+    for number, sentence in enumerate(SENTENCES[:2]):
+        numbered = json.loads((tmp_path / f"attention.{number}.json").read_text())
+        assert numbered["source_tokens"] == loaded.tokenizers.source.encode_pieces([sentence])[0] + ["</s>"]
+
+    # stdin: numbered by input line too, across the batches lines arrive in
+    piped = tmp_path / "piped" / "attention.json"
+    translate_ok(varied_checkpoint, "--attention-out", str(piped), input="".join(s + "\n" for s in SENTENCES))
+    for number, sentence in enumerate(SENTENCES):
+        numbered = json.loads((piped.parent / f"attention.{number}.json").read_text())
+        assert numbered["source_tokens"] == loaded.tokenizers.source.encode_pieces([sentence])[0] + ["</s>"]
+
+
+def torch_tensor(values):
+    import torch
+
+    return torch.tensor(values)
+
+
+def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoint):
+    from attn_cli.checkpoint import load_checkpoint
+
+    plain = translate_ok(varied_checkpoint, SENTENCES[1])
+    shown = translate_ok(varied_checkpoint, "--show-attention", SENTENCES[1])
+    assert shown.stdout == plain.stdout
+    title, header, *rows, legend = shown.stderr.splitlines()
+    assert title == "cross-attention, decoder layer 0 of 1, mean of 4 heads" and "≈0.5" in legend
+    # a column per source piece and EOS, a row per output piece and EOS
+    source = load_checkpoint(varied_checkpoint).tokenizers.source.encode_pieces([SENTENCES[1]])[0]
+    assert header.split() == source + ["</s>"]
+    (record,) = [json.loads(line) for line in translate_ok(varied_checkpoint, "--format", "jsonl", SENTENCES[1]).stdout.splitlines()]
+    assert [row.split()[0] for row in rows] == record["translations"][0]["tokens"] + ["</s>"]
+    assert all(len(row.split()) == len(source) + 2 for row in rows)
+    one_head = translate_ok(varied_checkpoint, "--show-attention", "--attention-head", "2", SENTENCES[1])
+    assert "cross-attention, decoder layer 0 of 1, head 2" in one_head.stderr
+
+
+def test_an_attention_layer_the_model_lacks_is_a_one_line_error(varied_checkpoint):
+    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--show-attention", "--attention-layer", "99",
+                    "Hello.")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "--attention-layer 99: the model has 1 decoder layers" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, varied_checkpoint, tmp_path):
+    result = invoke("eval", "--run", str(trained_run), "--beam", "1")
+    assert result.exit_code == 0, result.output
+    assert "BLEU = " in result.stdout and "chrF = " in result.stdout
+
+    # A config asking for 2 translations per input must not clash with --beam 1: eval scores the best.
+    import dataclasses
+
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+
+    loaded = load_checkpoint(varied_checkpoint)
+    config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, n_best=2))
+    checkpoint = tmp_path / "n_best.pt"
+    save_checkpoint(checkpoint, config, loaded.tokenizers, loaded.model, step=0, epoch=0)
+    src, ref = tmp_path / "s.en", tmp_path / "r.zh"
+    src.write_text("".join(s + "\n" for s in SENTENCES))
+    ref.write_text("车站在哪里？\n你好。\n我爱机器学习\n")
+    scored = invoke("eval", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), "--beam", "1")
+    assert scored.exit_code == 0, scored.output
+    assert "BLEU = " in scored.stdout
+    hypotheses = (tmp_path / "n_best.s.en.hyp").read_text().splitlines()
+    translated = translate_ok(checkpoint, "--beam", "1", "--n-best", "1", "--input", str(src)).stdout.splitlines()
+    assert hypotheses == translated and len(set(translated)) == 3

@@ -1,0 +1,302 @@
+"""translate.py and the decode options of `attn translate`: fitting long inputs, batching and
+putting results back in order, n-best lists, and flags over the checkpoint's config.
+
+The tokenizers are the tiny trained run's (the session fixture in conftest.py). The model is a
+"lively" random one of the same vocabulary: the trained tiny model translates every input to the
+same empty line, which would let a mixed-up order pass.
+"""
+
+import dataclasses
+import io
+import os
+import random
+
+import pytest
+import torch
+
+from attn_cli.beam import beam_search
+from attn_cli.checkpoint import load_checkpoint
+from attn_cli.commands import _stdin_batches, decode_options
+from attn_cli.config import DecodeConfig
+from attn_cli.data import Example, collate
+from attn_cli.decode import greedy_search, sampler
+from attn_cli.errors import UserError
+from attn_cli.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
+
+from conftest import lively_model, random_source
+
+# Lengths differ and the longest comes first, so length-sorted batches reorder them; two are empty.
+SENTENCES = ["Where is the station? It is near the old bridge, by the river.", "Go.", "",
+             "I love machine learning, and you?", "   ", "Tom is here.", "Hello."]
+LONG = "Where is the station? It is near the old bridge, and the bus stops there. Thank you!"
+# Short outputs: the lively model's position bias covers 64 output positions.
+SHORT = dict(max_len_a=1.0, max_len_b=5)
+
+
+# --- fit_to_length -------------------------------------------------------------------------------
+
+def _fit(pieces: list[str], limit: int, mode: str = "split") -> list[list[int]]:
+    """fit_to_length over ids 100.. that stand for `pieces` (so ids and positions differ)."""
+    ids = [100 + i for i in range(len(pieces))]
+    return fit_to_length(ids, limit, mode, lambda xs: [pieces[x - 100] for x in xs])
+
+
+def _cuts(parts: list[list[int]]) -> list[int]:
+    """Where each part ends, as positions into the input (ids are 100 + position)."""
+    return [part[-1] - 100 + 1 for part in parts]
+
+
+def _assert_valid_split(ids: list[int], parts: list[list[int]], limit: int, pieces: list[str]) -> None:
+    """Parts rebuild the input, fit the limit, and each cut is the last boundary in the second half
+    of its window, or the window's end when there is none."""
+    assert [i for part in parts for i in part] == ids
+    assert all(1 <= len(part) <= limit for part in parts)
+    boundaries = {i + 1 for i, piece in enumerate(pieces) if piece.rstrip().endswith(_BOUNDARY_ENDINGS)}
+    start = 0
+    for part in parts[:-1]:
+        cut, low = start + len(part), start + max(1, limit // 2)
+        in_window = [b for b in boundaries if low <= b <= start + limit]
+        assert cut == (max(in_window) if in_window else start + limit), (start, cut, in_window)
+        start = cut
+
+
+@pytest.mark.parametrize("mode", ["split", "truncate"])
+def test_an_input_within_the_limit_is_left_alone(mode):
+    pieces = ["▁a", ".", "▁b", ",", "▁c"]
+    for limit in (5, 6, 100):
+        assert _fit(pieces, limit, mode) == [[100, 101, 102, 103, 104]]
+
+
+def test_truncate_keeps_the_first_limit_ids():
+    pieces = ["▁a", ".", "▁b", ",", "▁c", "▁d", "."]
+    assert _fit(pieces, 4, "truncate") == [[100, 101, 102, 103]]
+    assert _fit(pieces, 1, "truncate") == [[100]]
+
+
+def test_split_cuts_after_the_last_boundary_in_the_second_half_of_each_window():
+    pieces = ["▁I", "▁saw", "▁it", ".", "▁Then", "▁he", "▁left", ",", "▁and", "▁she", "▁stayed", "▁home", "."]
+    # Limit 10: the "." at 4 lies in the first half; the "," at 8 is the last boundary in 5..10.
+    assert _cuts(_fit(pieces, 10)) == [8, 13]
+    # Limit 6: window 3..6 has the "." at 4; then 7..10 has the "," at 8.
+    assert _cuts(_fit(pieces, 6)) == [4, 8, 13]
+
+
+def test_split_cuts_after_chinese_punctuation():
+    pieces = ["我", "喜欢", "你", "，", "他", "也", "喜欢", "你", "。", "好", "的"]
+    assert _cuts(_fit(pieces, 5)) == [4, 9, 11]
+
+
+def test_split_cuts_at_the_limit_without_a_boundary_in_the_second_half():
+    pieces = ["▁a", ".", "▁b", "▁c", "▁d", "▁e", "▁f", "▁g", "▁h", "▁i"]  # boundary at 2, before 8 // 2
+    assert _cuts(_fit(pieces, 8)) == [8, 10]
+    assert _cuts(_fit(["▁w"] * 7, 3)) == [3, 6, 7]
+
+
+def test_split_with_a_limit_of_one_gives_single_tokens_and_ends():
+    # A boundary right at a window's start once cut an empty part, forever.
+    assert _fit([".", "a", "b", ".", "c"], 1) == [[100], [101], [102], [103], [104]]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_rules_hold_on_random_inputs(seed):
+    rng = random.Random(seed)
+    pieces = [rng.choice(["▁a", "b", "▁c", ".", "，", "。", "?", "x,", "!", "▁y"]) for _ in range(rng.randint(1, 40))]
+    limit = rng.randint(1, 12)
+    ids = [100 + i for i in range(len(pieces))]
+    parts = _fit(pieces, limit)
+    _assert_valid_split(ids, parts, limit, pieces)
+
+
+def test_split_rules_hold_with_the_real_tokenizer(tokenizers):
+    ids = tokenizers.source.encode([LONG])[0]
+    pieces = tokenizers.source.id_to_piece(ids)
+    assert any(piece.endswith(_BOUNDARY_ENDINGS) for piece in pieces)
+    for limit in (4, 7, 10, len(ids) - 1):
+        parts = fit_to_length(ids, limit, "split", tokenizers.source.id_to_piece)
+        assert len(parts) > 1
+        _assert_valid_split(ids, parts, limit, pieces)
+
+
+# --- translate_sentences ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizers(trained_run):
+    return load_checkpoint(trained_run / "checkpoints" / "best.pt").tokenizers
+
+
+def _model(tokenizers, seed: int = 0, **overrides):
+    return lively_model(seed, src_vocab_size=tokenizers.source.vocab_size,
+                        tgt_vocab_size=tokenizers.target.vocab_size, **overrides)
+
+
+def _alone(model, ids: list[int], options: DecodeConfig):
+    """The hypotheses of one source, decoded in a batch of its own."""
+    return decode_batch(model, collate([Example(0, ids, [])]).src, options)[0]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("max_tokens", [12, 8000])
+def test_results_come_back_in_input_order(tokenizers, beam_size, max_tokens):
+    model = _model(tokenizers)
+    options = DecodeConfig(beam_size=beam_size, max_tokens=max_tokens, **SHORT)
+    encoded = tokenizers.source.encode([s.strip() for s in SENTENCES])
+    assert [len(ids) for ids in encoded] != sorted(len(ids) for ids in encoded)  # sorting reorders them
+    progress = []
+    together = translate_sentences(model, tokenizers, SENTENCES, options, 255, "zh",
+                                   on_batch=lambda done, total: progress.append((done, total)))
+    assert progress[-1] == (5, 5) and (len(progress) > 1) == (max_tokens == 12)
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    alone = [translate_sentences(model, tokenizers, [sentence], options, 255, "zh")[0] for sentence in SENTENCES]
+    assert [t.source for t in together] == SENTENCES
+    for batched, single in zip(together, alone):
+        assert batched.texts == single.texts and batched.tokens == single.tokens
+        assert batched.scores == pytest.approx(single.scores, abs=1e-4)
+    texts = [t.texts[0] for t in together if t.source.strip()]
+    assert len(set(texts)) >= 3, "outputs should differ from input to input, or a mixed-up order would pass"
+
+
+def test_empty_lines_translate_to_empty_lines(tokenizers):
+    model = _model(tokenizers)
+    for n_best in (1, 3):
+        results = translate_sentences(model, tokenizers, ["", "Go.", "  \t "], DecodeConfig(beam_size=3, n_best=n_best, **SHORT),
+                                      255, "zh")
+        for empty in (results[0], results[2]):
+            # n empty translations, so n-best output keeps n lines (or JSON entries) per input
+            assert empty.texts == [""] * n_best and empty.scores == [0.0] * n_best
+            assert empty.tokens == [[]] * n_best and empty.outputs == [] and empty.note == ""
+        assert len(results[1].texts) == n_best and results[1].texts[0] != ""
+
+
+def test_a_long_input_is_split_and_each_part_translated_as_if_alone(tokenizers):
+    model = _model(tokenizers)
+    options = DecodeConfig(beam_size=1, **SHORT)
+    ids = tokenizers.source.encode([LONG])[0]
+    for target_language, joiner in (("zh", ""), ("en", " ")):
+        long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 6, target_language)
+        assert [i for part in long.parts for i in part] == ids
+        assert len(long.parts) > 2 and all(len(part) <= 6 for part in long.parts)
+        assert long.note == f"{len(ids)} tokens is more than the model takes; translated in {len(long.parts)} parts"
+        best = [_alone(model, part, options)[0] for part in long.parts]
+        assert [hypotheses[0].tokens for hypotheses in long.outputs] == [h.tokens for h in best]
+        assert long.texts == [joiner.join(tokenizers.target.decode([h.tokens for h in best]))]
+        assert long.tokens == [[p for h in best for p in tokenizers.target.id_to_piece(h.tokens)]]
+        assert long.scores[0] == pytest.approx(sum(h.score for h in best), abs=1e-4)
+        assert short.note == "" and short.parts == tokenizers.source.encode(["Go."])
+
+
+def test_a_long_input_is_truncated_when_the_config_says_so(tokenizers):
+    model = _model(tokenizers)
+    options = DecodeConfig(beam_size=3, long_inputs="truncate", **SHORT)
+    ids = tokenizers.source.encode([LONG])[0]
+    (result,) = translate_sentences(model, tokenizers, [LONG], options, 6, "zh")
+    assert result.parts == [ids[:6]]
+    assert result.note == f"{len(ids)} tokens is more than the model takes; truncated to the first 6"
+    assert result.texts == tokenizers.target.decode([_alone(model, ids[:6], options)[0].tokens])
+
+
+@pytest.mark.parametrize("long_inputs", ["split", "truncate"])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_long_inputs_fit_a_model_with_learned_positions(tokenizers, long_inputs, beam_size):
+    model = _model(tokenizers, positions="learned", max_positions=8)
+    ids = tokenizers.source.encode([LONG])[0]
+    with pytest.raises(ValueError, match="max_positions"):  # what fitting the input avoids
+        greedy_search(model, collate([Example(0, ids, [])]).src)
+    options = DecodeConfig(beam_size=beam_size, long_inputs=long_inputs, max_len_a=3.0, max_len_b=20)
+    long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 7, "zh")
+    assert all(len(part) <= 7 for part in long.parts) and ("parts" if long_inputs == "split" else "truncated") in long.note
+    # an output ends where the learned target positions do: 7 tokens and the EOS
+    assert all(len(h.tokens) <= 7 for hypotheses in long.outputs + short.outputs for h in hypotheses)
+    assert long.texts[0] and short.texts[0]
+
+
+def test_n_best_gives_n_translations_best_first(tokenizers):
+    model = _model(tokenizers, seed=1)
+    sentences = ["I love machine learning, and you?", "Tom is here."]
+    best_only = translate_sentences(model, tokenizers, sentences, DecodeConfig(beam_size=3, **SHORT), 255, "zh")
+    three = translate_sentences(model, tokenizers, sentences, DecodeConfig(beam_size=3, n_best=3, **SHORT), 255, "zh")
+    for one, result in zip(best_only, three):
+        assert len(result.texts) == len(result.scores) == len(result.tokens) == 3
+        assert result.scores == sorted(result.scores, reverse=True) and len(set(result.texts)) == 3
+        hypotheses = result.outputs[0]
+        assert result.texts == tokenizers.target.decode([h.tokens for h in hypotheses])
+        assert result.tokens == [tokenizers.target.id_to_piece(h.tokens) for h in hypotheses]
+        assert (result.texts[0], result.scores[0]) == (one.texts[0], pytest.approx(one.scores[0]))
+
+
+def test_samples_are_repeatable_with_a_seed_and_come_best_first(tokenizers):
+    model = _model(tokenizers, seed=2)
+    options = DecodeConfig(sample=True, n_best=4, beam_size=2, seed=7, **SHORT)
+    first = translate_sentences(model, tokenizers, ["Tom is here.", "Hello."], options, 255, "zh")
+    again = translate_sentences(model, tokenizers, ["Tom is here.", "Hello."], options, 255, "zh")
+    assert [t.texts for t in first] == [t.texts for t in again]
+    for result in first:
+        assert len(result.texts) == 4 and result.scores == sorted(result.scores, reverse=True)
+        assert len(set(result.texts)) > 1
+    # top_k=1 leaves one token to sample: every sample is the greedy translation
+    greedy = translate_sentences(model, tokenizers, ["Tom is here."], DecodeConfig(beam_size=1, **SHORT), 255, "zh")
+    forced = translate_sentences(model, tokenizers, ["Tom is here."], dataclasses.replace(options, top_k=1), 255, "zh")
+    assert forced[0].texts == greedy[0].texts * 4
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_decode_batch_runs_the_configured_search(seed):
+    model = lively_model(seed)
+    src = random_source(4, 8, lengths=[8, 3, 6, 5])
+    greedy = greedy_search(model, src, 1.0, 6, alpha=0.6)
+    by_options = decode_batch(model, src, DecodeConfig(beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=6))
+    assert [[(h.tokens, h.score) for h in hs] for hs in by_options] == [[(h.tokens, h.score) for h in hs] for hs in greedy]
+    beam = beam_search(model, src, 3, 0.6, 1.0, 6, n_best=2)
+    by_options = decode_batch(model, src, DecodeConfig(beam_size=3, n_best=2, length_penalty=0.6, max_len_a=1.0, max_len_b=6))
+    assert [[h.tokens for h in hs] for hs in by_options] == [[h.tokens for h in hs] for hs in beam]
+    samples = greedy_search(model, src, 1.0, 6, choose=sampler(0.9, generator=torch.Generator().manual_seed(3)), samples=3)
+    options = DecodeConfig(sample=True, n_best=3, temperature=0.9, max_len_a=1.0, max_len_b=6)
+    by_options = decode_batch(model, src, options, torch.Generator().manual_seed(3))
+    assert [sorted(h.tokens for h in hs) for hs in by_options] == [sorted(h.tokens for h in hs) for hs in samples]
+
+
+# --- decode_options --------------------------------------------------------------------------------
+
+NO_FLAGS = {"beam_size": None, "n_best": None, "length_penalty": None, "max_len_a": None, "max_len_b": None,
+            "max_tokens": None, "sample": None, "temperature": None, "top_k": None, "top_p": None, "seed": None}
+
+
+def test_a_flag_overrides_the_config_and_the_rest_stays():
+    config = DecodeConfig(beam_size=5, n_best=2, length_penalty=1.0, max_tokens=300)
+    options = decode_options(config, {**NO_FLAGS, "beam_size": 2, "length_penalty": 0.0})
+    assert options == dataclasses.replace(config, beam_size=2, length_penalty=0.0)
+    assert decode_options(config, NO_FLAGS) == config
+
+
+def test_an_invalid_combination_names_the_flags_not_the_config_keys():
+    with pytest.raises(UserError) as error:
+        decode_options(DecodeConfig(), {**NO_FLAGS, "n_best": 4, "beam_size": 2})
+    message = str(error.value)
+    assert "--n-best" in message and "--beam" in message
+    assert "decode" not in message and "n_best" not in message and "beam_size" not in message
+    with pytest.raises(UserError, match="^--top-p: 0.0 must be in"):
+        decode_options(DecodeConfig(), {**NO_FLAGS, "top_p": 0.0})
+    with pytest.raises(UserError) as error:
+        decode_options(DecodeConfig(), {**NO_FLAGS, "max_len_b": 0})
+    assert "--max-len-b=0" in str(error.value) and "max_len" not in str(error.value)
+
+
+def test_sampling_draws_n_best_samples_whatever_the_beam():
+    config = DecodeConfig(beam_size=2)
+    options = decode_options(config, {**NO_FLAGS, "sample": True, "n_best": 4})
+    assert options.sample and options.n_best == 4
+    options = decode_options(config, {**NO_FLAGS, "sample": True, "n_best": 4, "beam_size": 2})
+    assert options.sample and (options.n_best, options.beam_size) == (4, 2)
+    with pytest.raises(UserError, match="--n-best"):  # without --sample the beam limits it
+        decode_options(config, {**NO_FLAGS, "n_best": 4})
+
+
+# --- stdin -----------------------------------------------------------------------------------------
+
+def test_stdin_lines_are_batched_as_they_arrive_from_a_real_pipe():
+    read, write = os.pipe()
+    os.write(write, "a\nb\n\nc\n".encode())
+    os.close(write)
+    with os.fdopen(read, encoding="utf-8") as stream:
+        assert list(_stdin_batches(stream, max_lines=3)) == [["a", "b", ""], ["c"]]
+    # not a real file (as under CliRunner): one line at a time
+    assert list(_stdin_batches(io.StringIO("a\nb\n"))) == [["a"], ["b"]]
