@@ -39,16 +39,18 @@ def output_limits(model: Transformer, src: torch.Tensor, max_len_a: float, max_l
     return limits
 
 
-def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
+def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool,
+                         normalize: bool = True) -> torch.Tensor:
     """(rows, V) logits -> log-probabilities of what may come next.
 
     Padding and BOS are never emitted. A row whose `at_limit` is True may only end (EOS keeps its
     own probability, so scores stay true log-probabilities); None means no row is at its limit.
-    `exact` forbids ending at all.
+    `exact` forbids ending at all. `normalize=False` leaves the log-softmax out: the same ranking,
+    for a caller that needs only the most likely token and no score.
     """
     logits = logits.float()
     logits[:, _NEVER_EMITTED] = float("-inf")
-    log_probs = logits.log_softmax(dim=-1)
+    log_probs = logits.log_softmax(dim=-1) if normalize else logits
     if exact:
         log_probs[:, EOS_ID] = float("-inf")
     elif at_limit is not None and at_limit.any():
@@ -94,7 +96,7 @@ def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
 def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   use_cache: bool = True, exact_steps: Optional[int] = None,
                   choose: TokenChooser = choose_most_likely, samples: int = 1,
-                  alpha: float = 0.0) -> list[list[Hypothesis]]:
+                  alpha: float = 0.0, scored: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
     `choose` picks each next token: the most likely (greedy) or a `sampler`; `samples` > 1 draws
@@ -102,8 +104,12 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     not keep the finished ones computing. `use_cache=False` re-runs the decoder over the whole
     prefix at every step (the reference the cache is tested and benchmarked against).
     `exact_steps` forces that many output tokens (EOS forbidden), for benchmarks. `alpha` is the
-    length penalty that sets each hypothesis's score. Returns `samples` hypotheses per source.
+    length penalty that sets each hypothesis's score; `scored=False` (greedy only) skips the
+    scores, and the log-softmax they need at every step, and leaves them NaN. Returns `samples`
+    hypotheses per source.
     """
+    if not scored and choose is not choose_most_likely:
+        raise ValueError("sampling needs normalized scores")
     encoded = model.encode(src)
     limits = output_limits(model, src, max_len_a, max_len_b)
     if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
@@ -112,13 +118,13 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     shortest_limit = int(limits.min())
     cache = model.new_cache() if use_cache else None
-    state = _GreedyState(encoded, limits, src.device)
+    state = _GreedyState(encoded, limits, src.device, scored)
     for step in range(steps):
         logits = model.decode(state.prefix[:, -1:] if use_cache else state.prefix, state.encoded, cache)[:, -1]
         at_limit = rows_at_limit(step, state.limits, shortest_limit)
-        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None)
+        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None, normalize=scored)
         next_tokens = choose(log_probs)
-        state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1))
+        state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
         ended = next_tokens == EOS_ID
         if ended.any():
             kept = state.finish(ended, alpha)
@@ -133,18 +139,19 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
 class _GreedyState:
     """The rows still decoding, their prefixes and log-probabilities, and the finished results."""
 
-    def __init__(self, encoded: Encoded, limits: torch.Tensor, device: torch.device):
+    def __init__(self, encoded: Encoded, limits: torch.Tensor, device: torch.device, scored: bool):
         rows = limits.shape[0]
         self.encoded = encoded
         self.limits = limits
         self.alive = torch.arange(rows, device=device)  # the result slot of each row still decoding
         self.prefix = torch.full((rows, 1), BOS_ID, dtype=torch.long, device=device)
-        self.log_prob = torch.zeros(rows, device=device)
+        self.log_prob = torch.full((rows,), 0.0 if scored else float("nan"), device=device)
         self.results: list[Optional[Hypothesis]] = [None] * rows
 
-    def extend(self, next_tokens: torch.Tensor, log_probs: torch.Tensor) -> None:
+    def extend(self, next_tokens: torch.Tensor, log_probs: Optional[torch.Tensor]) -> None:
         self.prefix = torch.cat([self.prefix, next_tokens[:, None]], dim=1)
-        self.log_prob += log_probs
+        if log_probs is not None:  # None: not scored, and log_prob stays NaN
+            self.log_prob += log_probs
 
     def finish(self, ended: torch.Tensor, alpha: float) -> torch.Tensor:
         """Record the rows that ended and drop them from the batch; returns the rows kept."""
@@ -162,6 +169,6 @@ class _GreedyState:
 
 def greedy_decode(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   use_cache: bool = True, exact_steps: Optional[int] = None) -> list[list[int]]:
-    """The greedy output ids of each source sentence (see `greedy_search`)."""
-    results = greedy_search(model, src, max_len_a, max_len_b, use_cache, exact_steps)
+    """The greedy output ids of each source sentence, without scores (see `greedy_search`)."""
+    results = greedy_search(model, src, max_len_a, max_len_b, use_cache, exact_steps, scored=False)
     return [hypotheses[0].tokens for hypotheses in results]

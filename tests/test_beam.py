@@ -122,3 +122,13 @@ def test_sampler_keeps_to_top_k_and_top_p():
     assert top_p[0] / top_p[1] == pytest.approx(4 / 3, rel=0.1)
     cold = torch.bincount(sampler(temperature=0.05, generator=generator)(log_probs), minlength=4)
     assert cold[0] > 0.99 * 6000
+
+
+def test_unscored_greedy_decoding_picks_the_same_tokens():
+    for seed in range(3):
+        model = lively_model(seed)
+        src = random_source(4, 7, lengths=[7, 3, 5, 6])
+        scored = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
+        unscored = greedy_search(model, src, max_len_a=1.0, max_len_b=5, scored=False)
+        assert [h[0].tokens for h in unscored] == [h[0].tokens for h in scored]
+        assert all(h[0].log_prob != h[0].log_prob for h in unscored)  # NaN: not computed
