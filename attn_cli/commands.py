@@ -25,6 +25,7 @@ from attn_cli.prepare import read_splits, train_or_load_tokenizers, write_splits
 from attn_cli.progress import TrainingDisplay, format_duration
 from attn_cli.tokenizer import TokenizerError
 from attn_cli.train import resolve_device, train as run_training
+from attn_cli.training_step import TrainingDiverged
 
 DEFAULT_CONFIG = Path("configs/en-zh.yaml")
 
@@ -34,7 +35,7 @@ def user_errors() -> Iterator[None]:
     """Turn the library's own error types into one-line messages."""
     try:
         yield
-    except (ConfigError, DataError, CheckpointError, TokenizerError) as error:
+    except (ConfigError, DataError, CheckpointError, TokenizerError, TrainingDiverged) as error:
         raise UserError(str(error)) from None
 
 

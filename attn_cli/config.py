@@ -142,7 +142,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where fast, fp16 on older GPUs, else fp32
     seed: int = 1
     threads: Optional[int] = None  # CPU threads for torch; null keeps torch's default
     max_tokens: int = 4096  # token budget of one batch (source or target, whichever is longer, incl. padding)
@@ -158,11 +158,12 @@ class TrainConfig:
     valid_every: int = 1000  # steps between validations (and checkpoints)
     valid_bleu: bool = True
     log_every: int = 10
+    max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
 
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
-        for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every"):
+        for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:

@@ -3,7 +3,6 @@ warmup, gradient clipping, periodic validation (loss and BLEU) and atomic checkp
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
@@ -12,7 +11,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from attn_cli.checkpoint import save_checkpoint
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
@@ -21,9 +19,11 @@ from attn_cli.decode import translate_sentences
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
+from attn_cli.precision import resolve_precision
 from attn_cli.prepare import prepare
 from attn_cli.progress import TrainingDisplay, TrainingStatus
-from attn_cli.tokenizer import PAD_ID, Tokenizers
+from attn_cli.tokenizer import Tokenizers
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
@@ -39,26 +39,12 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device, precision: str):
-    """The one precision switch: bf16 autocast, or nothing for fp32."""
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def inverse_sqrt_schedule(warmup_steps: int):
     """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
     def factor(step: int) -> float:
         step = max(step, 1)
         return min(step / warmup_steps, math.sqrt(warmup_steps / step))
     return factor
-
-
-def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
-    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
-    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
-    return loss, int((labels != PAD_ID).sum())
 
 
 def set_seed(seed: int) -> None:
@@ -125,28 +111,27 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                            weight_decay=cfg.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
+        self.precision = resolve_precision(cfg.train.precision, self.device)
+        self.scaler = self.precision.grad_scaler(self.device)
+        self.update = TrainingStep(self.model, self.model, self.optimizer, self.scheduler, self.scaler, self.precision,
+                                   self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
+        self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
         self.step = 0
         self.epoch = 0
         self.best_metrics: dict = {}
         parameters = sum(p.numel() for p in self.model.parameters())
-        display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {cfg.train.precision}; "
+        display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
                     f"{len(self.train_examples):,} training pairs")
 
     # -- one step -------------------------------------------------------------------------------
 
-    def train_step(self, batch: Batch) -> float:
-        self.model.train()
-        with autocast(self.device, self.cfg.train.precision):
-            logits = self.model(batch.src, batch.tgt_in)
-        loss_sum, tokens = label_smoothed_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
-        (loss_sum / tokens).backward()
-        if self.cfg.train.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        return loss_sum.item() / tokens
+    def train_step(self, batch: Batch) -> StepResult:
+        """One update; a non-finite loss skips it (and counts towards stopping), leaving `step` as it was."""
+        result = self.update([batch])
+        self.nonfinite.record(result, self.step)
+        if result.applied:
+            self.step += 1
+        return result
 
     # -- validation and checkpoints -------------------------------------------------------------
 
@@ -157,7 +142,7 @@ class Trainer:
         total, tokens = 0.0, 0
         for positions in token_batches(self.valid_examples, self.cfg.train.max_tokens, shuffle=False):
             batch = collate([self.valid_examples[p] for p in positions]).to(self.device)
-            with autocast(self.device, self.cfg.train.precision):
+            with self.precision.autocast(self.device):
                 logits = self.model(batch.src, batch.tgt_in)
             loss_sum, count = label_smoothed_loss(logits, batch.tgt_out, 0.0)
             total, tokens = total + loss_sum.item(), tokens + count
@@ -166,7 +151,7 @@ class Trainer:
     def validation_bleu(self) -> float:
         self.model.eval()
         decode = self.cfg.decode
-        with autocast(self.device, self.cfg.train.precision):
+        with self.precision.autocast(self.device):
             hypotheses = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
                                              decode.max_len_a, decode.max_len_b, decode.max_tokens)
         scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
@@ -174,6 +159,8 @@ class Trainer:
 
     def validate_and_save(self, elapsed: float) -> None:
         metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(elapsed, 1)}
+        if self.nonfinite.total:
+            metrics["nonfinite_steps"] = self.nonfinite.total
         if self.valid_examples:
             metrics["valid_loss"] = self.validation_loss()
             metrics["valid_ppl"] = math.exp(min(metrics["valid_loss"], 50))
@@ -201,7 +188,7 @@ class Trainer:
 
     def _save(self, path, metrics: dict) -> None:
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+                 "grad_scaler": self.scaler.state_dict(), "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
         save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, state)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -235,7 +222,10 @@ class Trainer:
                                         seed=train.seed, epoch=self.epoch)
                 for positions in batches:
                     batch = collate([self.train_examples[p] for p in positions]).to(self.device)
-                    meter.add(self.train_step(batch), batch.num_source_tokens + batch.num_target_tokens)
+                    result = self.train_step(batch)
+                    if not result.applied:
+                        continue  # no new step: nothing to log, validate or save
+                    meter.add(result.loss, batch.num_source_tokens + batch.num_target_tokens)
                     elapsed = time.monotonic() - start
                     if self.step % train.log_every == 0:
                         self.display.update(self._status(meter, elapsed, len(batches)))
@@ -246,9 +236,11 @@ class Trainer:
                         validated_step = self.step
                         self.display.update(self._status(meter, elapsed, len(batches)))
                         meter.restart_window()  # validation time is not training throughput
-        except KeyboardInterrupt:
-            self.display.log("interrupted: saving the last checkpoint before exiting")
-            self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, "interrupted": True})
+        except (KeyboardInterrupt, TrainingDiverged) as stop:
+            # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
+            why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "diverged"
+            self.display.log(f"{why}: saving the last checkpoint before exiting")
+            self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
             raise
         elapsed = time.monotonic() - start
         if validated_step != self.step:
@@ -258,7 +250,7 @@ class Trainer:
     def _status(self, meter: "_ThroughputMeter", elapsed: float, steps_per_epoch: int) -> TrainingStatus:
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
                               meter.tokens_per_second(), elapsed, self._eta(elapsed, steps_per_epoch),
-                              self._best_text())
+                              self._best_text(), self.nonfinite.total)
 
     def _best_text(self) -> str:
         if "valid_bleu" in self.best_metrics:

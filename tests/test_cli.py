@@ -134,3 +134,17 @@ def test_training_into_a_finished_run_is_refused(trained_run):
     assert result.exit_code == 2
     assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
     assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
+
+
+def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
+    from attn_cli import training_step
+
+    real_loss = training_step.label_smoothed_loss
+    monkeypatch.setattr(training_step, "label_smoothed_loss",
+                        lambda *args: (real_loss(*args)[0] * float("inf"), real_loss(*args)[1]))
+    monkeypatch.chdir(REPO)
+    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}",
+                    "--set", "train.max_nonfinite_steps=3")
+    assert result.exit_code == 2
+    assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
+    assert "Traceback" not in result.output
