@@ -159,6 +159,7 @@ class TrainConfig:
     valid_bleu: bool = True
     log_every: int = 10
     max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
+    gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
 
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):

@@ -108,6 +108,7 @@ class Trainer:
         set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
         self.model: Transformer = build_model(cfg.model, self.tokenizers.source.vocab_size,
                                               self.tokenizers.target.vocab_size).to(self.device)
+        self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                            weight_decay=cfg.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
