@@ -146,6 +146,7 @@ class TrainConfig:
     seed: int = 1
     threads: Optional[int] = None  # CPU threads for torch; null keeps torch's default
     max_tokens: int = 4096  # token budget of one batch (source or target, whichever is longer, incl. padding)
+    accumulate: int = 1  # batches per update: the effective batch is max_tokens x accumulate
     max_epochs: int = 100
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # wall-clock budget of the training loop
@@ -164,7 +165,7 @@ class TrainConfig:
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
-        for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
+        for key in ("max_tokens", "accumulate", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:

@@ -117,18 +117,23 @@ class Trainer:
         self.update = TrainingStep(self.model, self.model, self.optimizer, self.scheduler, self.scaler, self.precision,
                                    self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
         self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
-        self.step = 0
-        self.epoch = 0
+        self.step = 0  # updates applied
+        self.epoch = 0  # the epoch in progress; 0 before the first
+        self.batches_done = 0  # batches of this epoch already trained on
+        self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
         self.best_metrics: dict = {}
         parameters = sum(p.numel() for p in self.model.parameters())
         display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
                     f"{len(self.train_examples):,} training pairs")
+        train = cfg.train
+        display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
+                    f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate})")
 
     # -- one step -------------------------------------------------------------------------------
 
-    def train_step(self, batch: Batch) -> StepResult:
+    def train_step(self, batches: list[Batch]) -> StepResult:
         """One update; a non-finite loss skips it (and counts towards stopping), leaving `step` as it was."""
-        result = self.update([batch])
+        result = self.update(batches)
         self.nonfinite.record(result, self.step)
         if result.applied:
             self.step += 1
@@ -211,32 +216,56 @@ class Trainer:
             eta = min(eta, train.max_minutes * 60 - elapsed)
         return eta
 
+    def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
+        """The epoch's batches (positions into train_examples); computed once per epoch."""
+        if self._epoch_batches[0] != epoch:
+            train = self.cfg.train
+            batches = token_batches(self.train_examples, train.max_tokens, shuffle=True, seed=train.seed,
+                                    epoch=epoch) if epoch > 0 else []
+            self._epoch_batches = (epoch, batches)
+        return self._epoch_batches[1]
+
+    def _next_update(self) -> Optional[list[list[int]]]:
+        """The batches of the next update, starting the next epoch when this one is used up; None
+        after the last epoch. An epoch's last update may have fewer than train.accumulate batches."""
+        batches = self._batches_of_epoch(self.epoch)
+        if self.batches_done >= len(batches):
+            if self.epoch >= self.cfg.train.max_epochs:
+                return None
+            self.epoch, self.batches_done = self.epoch + 1, 0
+            batches = self._batches_of_epoch(self.epoch)
+        return batches[self.batches_done : self.batches_done + self.cfg.train.accumulate]
+
+    def _updates_per_epoch(self) -> int:
+        return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
+
     def run(self) -> TrainResult:
         train = self.cfg.train
         start = time.monotonic()
         meter = _ThroughputMeter()
         validated_step = 0
+        elapsed = 0.0
         try:
-            while self.epoch < train.max_epochs and not self._budget_spent(time.monotonic() - start):
-                self.epoch += 1
-                batches = token_batches(self.train_examples, train.max_tokens, shuffle=True,
-                                        seed=train.seed, epoch=self.epoch)
-                for positions in batches:
-                    batch = collate([self.train_examples[p] for p in positions]).to(self.device)
-                    result = self.train_step(batch)
-                    if not result.applied:
-                        continue  # no new step: nothing to log, validate or save
-                    meter.add(result.loss, batch.num_source_tokens + batch.num_target_tokens)
-                    elapsed = time.monotonic() - start
-                    if self.step % train.log_every == 0:
-                        self.display.update(self._status(meter, elapsed, len(batches)))
-                    if self._budget_spent(elapsed):
-                        break
-                    if self.step % train.valid_every == 0:
-                        self.validate_and_save(elapsed)
-                        validated_step = self.step
-                        self.display.update(self._status(meter, elapsed, len(batches)))
-                        meter.restart_window()  # validation time is not training throughput
+            while not self._budget_spent(elapsed):
+                update = self._next_update()
+                if update is None:
+                    break
+                batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
+                result = self.train_step(batches)
+                self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
+                elapsed = time.monotonic() - start
+                if not result.applied:
+                    continue  # no new step: nothing to log, validate or save
+                meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
+                if self.step % train.log_every == 0:
+                    self.display.update(self._status(meter, elapsed))
+                if self._budget_spent(elapsed):
+                    break
+                if self.step % train.valid_every == 0:
+                    self.validate_and_save(elapsed)
+                    validated_step = self.step
+                    self.display.update(self._status(meter, elapsed))
+                    meter.restart_window()  # validation time is not training throughput
         except (KeyboardInterrupt, TrainingDiverged) as stop:
             # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
             why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "diverged"
@@ -248,9 +277,9 @@ class Trainer:
             self.validate_and_save(elapsed)
         return TrainResult(self.step, self.epoch, elapsed, self.best_metrics, self.paths)
 
-    def _status(self, meter: "_ThroughputMeter", elapsed: float, steps_per_epoch: int) -> TrainingStatus:
+    def _status(self, meter: "_ThroughputMeter", elapsed: float) -> TrainingStatus:
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
-                              meter.tokens_per_second(), elapsed, self._eta(elapsed, steps_per_epoch),
+                              meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
                               self._best_text(), self.nonfinite.total)
 
     def _best_text(self) -> str:

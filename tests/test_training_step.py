@@ -74,3 +74,26 @@ def test_enough_nonfinite_losses_in_a_row_stop_training_with_advice():
     message = str(stopped.value)
     assert "train.max_nonfinite_steps=3" in message
     assert "train.lr" in message and "train.precision" in message and "train.warmup_steps" in message
+
+
+def test_accumulating_two_batches_gives_the_update_of_their_union():
+    # Plain SGD without clipping makes the update proportional to the gradient, so a wrong loss
+    # normalisation (say, each batch by its own tokens) changes it; Adam's first step would hide that.
+    first, second = random_examples(3, seed=1), random_examples(5, seed=2)
+    assert collate(first).num_target_tokens != collate(second).num_target_tokens
+    updated = []
+    for batches in ([collate(first), collate(second)], [collate(first + second)]):
+        torch.manual_seed(0)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        chosen = resolve_precision("fp32", CPU)
+        step = TrainingStep(model, model, optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU,
+                            clip_norm=0.0, label_smoothing=0.1)
+        result = step(batches)
+        updated.append((parameters_of(model), result))
+    (accumulated, accumulated_result), (union, union_result) = updated
+    assert accumulated_result.target_tokens == union_result.target_tokens
+    assert abs(accumulated_result.loss - union_result.loss) < 1e-5
+    for name, tensor in union.items():
+        torch.testing.assert_close(accumulated[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
