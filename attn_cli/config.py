@@ -160,6 +160,7 @@ class TrainConfig:
     valid_bleu: bool = True
     log_every: int = 10
     max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
+    compile: bool = False  # torch.compile the training forward; checkpoints and decoding use the plain module
     gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
 
     def validate(self, path: str) -> None:

@@ -114,7 +114,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
         self.precision = resolve_precision(cfg.train.precision, self.device)
         self.scaler = self.precision.grad_scaler(self.device)
-        self.update = TrainingStep(self.model, self.model, self.optimizer, self.scheduler, self.scaler, self.precision,
+        # The compiled wrapper shares the parameters; the plain module stays the one saved and decoded with.
+        forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.update = TrainingStep(self.model, forward, self.optimizer, self.scheduler, self.scaler, self.precision,
                                    self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
         self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
         self.step = 0  # updates applied
