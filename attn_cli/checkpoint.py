@@ -1,8 +1,9 @@
 """Self-describing checkpoints, written atomically.
 
 A checkpoint holds the config, both tokenizer models, the model weights, step, epoch and metrics,
-so it alone rebuilds a translator; it also keeps the optimizer, scheduler and RNG states that
-resuming a run needs. Saving writes a temporary file in the same directory and renames it over the old
+so it alone rebuilds a translator; it also keeps what resuming a run exactly needs: optimizer,
+scheduler, gradient scaler and RNG states, the position inside the epoch, the training time used
+and the best metrics so far. Saving writes a temporary file in the same directory and renames it over the old
 one: a crash mid-save never leaves a broken checkpoint behind.
 """
 
@@ -35,7 +36,7 @@ class Checkpoint:
     step: int = 0
     epoch: int = 0
     metrics: dict = field(default_factory=dict)
-    training_state: dict = field(default_factory=dict)  # optimizer, scheduler, RNG
+    training_state: dict = field(default_factory=dict)  # what resuming needs; see Trainer._training_state
 
 
 def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, model: Transformer, step: int,

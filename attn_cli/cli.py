@@ -37,7 +37,9 @@ def _fail(error: Exception) -> None:
 
 
 @app.command()
-def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption) -> None:
+def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
+          resume: bool = typer.Option(False, "--resume", help="Continue the run exactly where "
+                                      "RUN/checkpoints/last.pt left off; --set may extend train.max_steps.")) -> None:
     """Train a tokenizer (if the run has none) and a Transformer, with validation and checkpoints.
 
     Example:
@@ -45,9 +47,11 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption) ->
       attn train --config configs/en-zh.yaml
 
       attn train --config configs/tiny.yaml --set train.max_steps=200 --set run_dir=runs/try
+
+      attn train --config runs/try/config.yaml --resume --set train.max_steps=400
     """
     try:
-        commands.train(config, set_ or [], _stderr)
+        commands.train(config, set_ or [], resume, _stderr)
     except UserError as error:
         _fail(error)
 

@@ -39,14 +39,16 @@ def user_errors() -> Iterator[None]:
         raise UserError(str(error)) from None
 
 
-def train(config_path: Path, overrides: Sequence[str], console: Console) -> None:
+def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Console) -> None:
     with user_errors():
         cfg = load_config(config_path, overrides)
         try:
-            result = run_training(cfg, TrainingDisplay(console))
+            result = run_training(cfg, TrainingDisplay(console), resume=resume)
         except KeyboardInterrupt:
-            last = RunPaths.of(cfg.run_dir).last_checkpoint
-            saved = f"; the last checkpoint is in {last}" if last.is_file() else " before the first checkpoint"
+            paths = RunPaths.of(cfg.run_dir)
+            saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
+                     f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
+                     else " before the first checkpoint")
             raise UserError(f"interrupted{saved}") from None
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""

@@ -8,20 +8,23 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
 
-from attn_cli.checkpoint import save_checkpoint
+from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
-from attn_cli.data import Batch, DataError, Example, collate, filter_by_length, token_batches
+from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 from attn_cli.precision import resolve_precision
-from attn_cli.prepare import prepare
+from attn_cli.prepare import prepare, read_splits, write_splits
 from attn_cli.progress import TrainingDisplay, TrainingStatus
+from attn_cli.resume import resume_config
+from attn_cli.rng import capture_rng_state, restore_rng_state
 from attn_cli.tokenizer import Tokenizers
 from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
 
@@ -63,51 +66,72 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
     existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
     if existing:
         raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
-                          f"train into another one (--set run_dir=...) or delete {paths.checkpoint_dir} to start over")
+                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
+                          f"{paths.checkpoint_dir} to start over")
+
+
+def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
+    if not paths.last_checkpoint.is_file():
+        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
+    checkpoint = load_checkpoint(paths.last_checkpoint, device)
+    if "batches_done" not in checkpoint.training_state:
+        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
+                              f"start a new run_dir")
+    return checkpoint
+
+
+def _keep_metrics_up_to(log: Path, step: int) -> None:
+    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+    if log.is_file():
+        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
 
 
 @dataclass
 class TrainResult:
     step: int
     epoch: int
-    elapsed: float  # seconds in the training loop
+    elapsed: float  # seconds in the training loop, those before a resume included
     best_metrics: dict
     paths: RunPaths
 
 
 class Trainer:
-    def __init__(self, cfg: Config, display: TrainingDisplay):
-        self.cfg = cfg
+    def __init__(self, cfg: Config, display: TrainingDisplay, resume: bool = False):
         self.display = display
         self.paths = RunPaths.of(cfg.run_dir)
         self.device = resolve_device(cfg.train.device)
+        resumed = _load_resume_point(self.paths, self.device) if resume else None
+        if resumed is not None:
+            cfg, changes = resume_config(cfg, resumed.config, self.paths.last_checkpoint)
+            for change in changes:
+                display.log(f"resume: {change}")
+        else:
+            _refuse_to_overwrite(self.paths)
+        self.cfg = cfg
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
-        set_seed(cfg.train.seed)
-        _refuse_to_overwrite(self.paths)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.paths.config)
-        self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
+        if resumed is not None:
+            _keep_metrics_up_to(self.paths.metrics_log, resumed.step)
+        else:
+            self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
-        prepared = prepare(cfg, display.log)
-        self.tokenizers = prepared.tokenizers
-        self.valid_pairs = prepared.splits.valid
-        train_examples = encode_examples(prepared.splits.train, self.tokenizers)
-        self.train_examples, dropped = filter_by_length(train_examples, cfg.data.max_source_tokens,
-                                                        cfg.data.max_target_tokens, cfg.data.max_length_ratio)
-        if dropped:
-            display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
-        if not self.train_examples:
-            raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
-                             "data.max_target_tokens or data.max_length_ratio")
-        # Validation loss needs every token embedded; learned positions end at model.max_positions.
-        position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
-        self.valid_examples = [e for e in encode_examples(self.valid_pairs, self.tokenizers)
-                               if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
+        set_seed(cfg.train.seed)
+        if resumed is not None:  # the checkpoint's own tokenizer is the one its weights were trained with
+            splits = read_splits(cfg, display.log)
+            write_splits(cfg, splits)
+            self.tokenizers = resumed.tokenizers
+        else:
+            prepared = prepare(cfg, display.log)
+            splits, self.tokenizers = prepared.splits, prepared.tokenizers
+        self._encode_splits(splits)
 
         set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
-        self.model: Transformer = build_model(cfg.model, self.tokenizers.source.vocab_size,
-                                              self.tokenizers.target.vocab_size).to(self.device)
+        self.model: Transformer = (resumed.model if resumed is not None else
+                                   build_model(cfg.model, self.tokenizers.source.vocab_size,
+                                               self.tokenizers.target.vocab_size)).to(self.device)
         self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                            weight_decay=cfg.train.weight_decay)
@@ -123,13 +147,59 @@ class Trainer:
         self.epoch = 0  # the epoch in progress; 0 before the first
         self.batches_done = 0  # batches of this epoch already trained on
         self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
+        self.elapsed_before = 0.0  # training seconds of the run before this resume
+        self.validated_step = 0
         self.best_metrics: dict = {}
+        if resumed is not None:
+            self._restore(resumed)
+        self._log_setup()
+
+    def _encode_splits(self, splits: Splits) -> None:
+        cfg = self.cfg
+        self.valid_pairs = splits.valid
+        train_examples = encode_examples(splits.train, self.tokenizers)
+        self.train_examples, dropped = filter_by_length(train_examples, cfg.data.max_source_tokens,
+                                                        cfg.data.max_target_tokens, cfg.data.max_length_ratio)
+        if dropped:
+            self.display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
+        if not self.train_examples:
+            raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
+                             "data.max_target_tokens or data.max_length_ratio")
+        # Validation loss needs every token embedded; learned positions end at model.max_positions.
+        position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
+        self.valid_examples = [e for e in encode_examples(self.valid_pairs, self.tokenizers)
+                               if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
+
+    def _log_setup(self) -> None:
         parameters = sum(p.numel() for p in self.model.parameters())
-        display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
-                    f"{len(self.train_examples):,} training pairs")
-        train = cfg.train
-        display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
-                    f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate})")
+        self.display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
+                         f"{len(self.train_examples):,} training pairs")
+        train = self.cfg.train
+        self.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
+                         f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate})")
+        if self.step:
+            self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
+                             f"of {len(self._batches_of_epoch(self.epoch))}")
+
+    # -- resume state ---------------------------------------------------------------------------
+
+    def _training_state(self) -> dict:
+        """Everything besides the weights that continuing this run exactly needs."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "grad_scaler": self.scaler.state_dict(), "rng": capture_rng_state(),
+                "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
+                "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total}
+
+    def _restore(self, resumed: Checkpoint) -> None:
+        state = resumed.training_state
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
+            self.scaler.load_state_dict(state["grad_scaler"])
+        self.step, self.epoch, self.batches_done = resumed.step, resumed.epoch, state["batches_done"]
+        self.elapsed_before, self.validated_step = state["elapsed"], state["validated_step"]
+        self.best_metrics, self.nonfinite.total = state["best_metrics"], state["nonfinite_steps"]
+        restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers before training
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -165,8 +235,8 @@ class Trainer:
         scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
         return scores[0].score
 
-    def validate_and_save(self, elapsed: float) -> None:
-        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(elapsed, 1)}
+    def validate_and_save(self) -> None:
+        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(self._elapsed(), 1)}
         if self.nonfinite.total:
             metrics["nonfinite_steps"] = self.nonfinite.total
         if self.valid_examples:
@@ -177,6 +247,7 @@ class Trainer:
         improved = self._is_better(metrics)
         if improved:
             self.best_metrics = metrics
+        self.validated_step = self.step
         self._save(self.paths.last_checkpoint, metrics)
         if improved:
             self._save(self.paths.best_checkpoint, metrics)
@@ -195,9 +266,8 @@ class Trainer:
         return True  # nothing to compare on: the newest is the best
 
     def _save(self, path, metrics: dict) -> None:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "grad_scaler": self.scaler.state_dict(), "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
-        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, state)
+        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics,
+                        self._training_state())
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -241,32 +311,32 @@ class Trainer:
     def _updates_per_epoch(self) -> int:
         return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
 
+    def _elapsed(self) -> float:
+        """Training seconds so far, those before a resume included."""
+        return self.elapsed_before + time.monotonic() - self._started
+
     def run(self) -> TrainResult:
         train = self.cfg.train
-        start = time.monotonic()
+        self._started = time.monotonic()
         meter = _ThroughputMeter()
-        validated_step = 0
-        elapsed = 0.0
         try:
-            while not self._budget_spent(elapsed):
+            while not self._budget_spent(self._elapsed()):
                 update = self._next_update()
                 if update is None:
                     break
                 batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
                 result = self.train_step(batches)
                 self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
-                elapsed = time.monotonic() - start
                 if not result.applied:
                     continue  # no new step: nothing to log, validate or save
                 meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
                 if self.step % train.log_every == 0:
-                    self.display.update(self._status(meter, elapsed))
-                if self._budget_spent(elapsed):
+                    self.display.update(self._status(meter))
+                if self._budget_spent(self._elapsed()):
                     break
                 if self.step % train.valid_every == 0:
-                    self.validate_and_save(elapsed)
-                    validated_step = self.step
-                    self.display.update(self._status(meter, elapsed))
+                    self.validate_and_save()
+                    self.display.update(self._status(meter))
                     meter.restart_window()  # validation time is not training throughput
         except (KeyboardInterrupt, TrainingDiverged) as stop:
             # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
@@ -274,12 +344,12 @@ class Trainer:
             self.display.log(f"{why}: saving the last checkpoint before exiting")
             self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
             raise
-        elapsed = time.monotonic() - start
-        if validated_step != self.step:
-            self.validate_and_save(elapsed)
-        return TrainResult(self.step, self.epoch, elapsed, self.best_metrics, self.paths)
+        if self.validated_step != self.step:
+            self.validate_and_save()
+        return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
 
-    def _status(self, meter: "_ThroughputMeter", elapsed: float) -> TrainingStatus:
+    def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
+        elapsed = self._elapsed()
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
                               meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
                               self._best_text(), self.nonfinite.total)
@@ -315,7 +385,8 @@ class _ThroughputMeter:
         return self.rate
 
 
-def train(cfg: Config, display: Optional[TrainingDisplay] = None) -> TrainResult:
+def train(cfg: Config, display: Optional[TrainingDisplay] = None, resume: bool = False) -> TrainResult:
+    """Train a run from scratch, or with `resume` continue it exactly where RUN/checkpoints/last.pt left off."""
     display = display or TrainingDisplay()
     with display:
-        return Trainer(cfg, display).run()
+        return Trainer(cfg, display, resume).run()
