@@ -44,12 +44,13 @@ def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Co
         cfg = load_config(config_path, overrides)
         try:
             result = run_training(cfg, TrainingDisplay(console), resume=resume)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             paths = RunPaths.of(cfg.run_dir)
+            signal_name = f" by {stop}" if str(stop) else ""
             saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
                      f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
                      else " before the first checkpoint")
-            raise UserError(f"interrupted{saved}") from None
+            raise UserError(f"interrupted{signal_name}{saved}") from None
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
     console.print(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "

@@ -25,6 +25,7 @@ from attn_cli.prepare import prepare, read_splits, write_splits
 from attn_cli.progress import TrainingDisplay, TrainingStatus
 from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
+from attn_cli.signals import StopRequest, stop_requests
 from attn_cli.tokenizer import Tokenizers
 from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
 
@@ -316,37 +317,43 @@ class Trainer:
         return self.elapsed_before + time.monotonic() - self._started
 
     def run(self) -> TrainResult:
-        train = self.cfg.train
         self._started = time.monotonic()
         meter = _ThroughputMeter()
-        try:
-            while not self._budget_spent(self._elapsed()):
-                update = self._next_update()
-                if update is None:
-                    break
-                batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
-                result = self.train_step(batches)
-                self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
-                if not result.applied:
-                    continue  # no new step: nothing to log, validate or save
-                meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
-                if self.step % train.log_every == 0:
-                    self.display.update(self._status(meter))
-                if self._budget_spent(self._elapsed()):
-                    break
-                if self.step % train.valid_every == 0:
-                    self.validate_and_save()
-                    self.display.update(self._status(meter))
-                    meter.restart_window()  # validation time is not training throughput
-        except (KeyboardInterrupt, TrainingDiverged) as stop:
-            # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
-            why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "diverged"
-            self.display.log(f"{why}: saving the last checkpoint before exiting")
-            self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
-            raise
+        with stop_requests() as stop:
+            try:
+                self._loop(meter, stop)
+            except (KeyboardInterrupt, TrainingDiverged) as reason:
+                # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
+                why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
+                self.display.log(f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint "
+                                 f"before exiting")
+                self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
+                raise
         if self.validated_step != self.step:
             self.validate_and_save()
         return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
+
+    def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
+        train = self.cfg.train
+        while not self._budget_spent(self._elapsed()):
+            stop.raise_if_requested()
+            update = self._next_update()
+            if update is None:
+                return
+            batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
+            result = self.train_step(batches)
+            self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
+            if not result.applied:
+                continue  # no new step: nothing to log, validate or save
+            meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
+            if self.step % train.log_every == 0:
+                self.display.update(self._status(meter))
+            if self._budget_spent(self._elapsed()):
+                return
+            if self.step % train.valid_every == 0:
+                self.validate_and_save()
+                self.display.update(self._status(meter))
+                meter.restart_window()  # validation time is not training throughput
 
     def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
         elapsed = self._elapsed()
