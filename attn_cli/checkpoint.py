@@ -19,6 +19,7 @@ import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict
 from attn_cli.model import Transformer, build_model
+from attn_cli.paths import RunPaths
 from attn_cli.tokenizer import Tokenizers
 
 FORMAT_VERSION = 1
@@ -82,3 +83,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     model.to(device).eval()
     return Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
                       payload["training_state"])
+
+
+def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
+    """Delete all but the `keep` (>= 1) newest step-numbered checkpoints; best.pt and last.pt stay."""
+    for old in paths.step_checkpoints()[:-keep]:
+        old.unlink(missing_ok=True)

@@ -119,6 +119,29 @@ def evaluate(
         _fail(error)
 
 
+@app.command()
+def average(
+    run: Optional[Path] = RunOption,
+    last: int = typer.Option(5, "--last", min=1, help="How many of the newest step checkpoints to average."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Where to write it (default: RUN/checkpoints/average-lastN.pt)."),
+) -> None:
+    """Average the weights of a run's newest step checkpoints into one checkpoint.
+
+    The run must keep step checkpoints: train with train.keep_last set to at least --last.
+
+    Example:
+
+      attn average --run runs/en-zh --last 5
+
+      attn average --run runs/en-zh --last 5 --output avg.pt && attn eval --checkpoint avg.pt
+    """
+    try:
+        commands.average(run, last, output, _stderr)
+    except UserError as error:
+        _fail(error)
+
+
 def main() -> None:
     app()
 

@@ -14,6 +14,7 @@ from typing import Iterator, Optional, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from attn_cli.average import average_checkpoints
 from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.config import ConfigError, load_config
 from attn_cli.data import DataError
@@ -175,3 +176,19 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
             print(score)
+
+
+def average(run: Optional[Path], last: int, output: Optional[Path], console: Console) -> None:
+    paths = RunPaths.of(run if run is not None else default_run_dir())
+    found = paths.step_checkpoints()
+    if len(found) < last:
+        held = f" ({', '.join(p.name for p in found)})" if found else ""
+        raise UserError(f"--last {last} needs {last} step checkpoints, but {paths.checkpoint_dir} holds {len(found)}"
+                        f"{held}; train with train.keep_last: {last} or more, or lower --last")
+    chosen = found[-last:]
+    output = output if output is not None else paths.average_checkpoint(last)
+    with user_errors():
+        averaged = average_checkpoints(chosen, output)
+    steps = ", ".join(f"{step:,}" for step in averaged.metrics["averaged_steps"])
+    console.print(f"averaged the weights of steps {steps} into {output}; use it with "
+                  f"`attn translate --checkpoint {output}` or `attn eval --checkpoint {output}`", highlight=False)

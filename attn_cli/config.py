@@ -157,6 +157,7 @@ class TrainConfig:
     clip_norm: float = 1.0
     label_smoothing: float = 0.1
     valid_every: int = 1000  # steps between validations (and checkpoints)
+    keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
     log_every: int = 10
     max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
@@ -173,6 +174,8 @@ class TrainConfig:
             _fail(f"{path}.max_steps", f"{self.max_steps} must be >= 1, or null for no limit")
         if self.max_minutes is not None and self.max_minutes <= 0:
             _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
+        if self.keep_last < 0:
+            _fail(f"{path}.keep_last", f"{self.keep_last} must be >= 0 (0 keeps no step checkpoints)")
         if self.threads is not None and self.threads < 1:
             _fail(f"{path}.threads", f"{self.threads} must be >= 1, or null")
         if self.lr <= 0:

@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from attn_cli.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
+                                 save_checkpoint)
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
@@ -252,6 +253,9 @@ class Trainer:
         self._save(self.paths.last_checkpoint, metrics)
         if improved:
             self._save(self.paths.best_checkpoint, metrics)
+        if self.cfg.train.keep_last:
+            self._save(self.paths.step_checkpoint(self.step), metrics)
+            keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
         with self.paths.metrics_log.open("a", encoding="utf-8") as log:
             log.write(json.dumps(metrics) + "\n")
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())

@@ -27,7 +27,8 @@ def trained_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(REPO)  # the config's corpus path is relative to the repository root
     try:
-        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}")
+        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}",
+                        "--set", "train.keep_last=1")
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
@@ -38,6 +39,8 @@ def test_train_writes_config_tokenizer_splits_checkpoints_and_metrics(trained_ru
     for name in ("config.yaml", "tokenizer/joint.model", "data/test.en", "data/test.zh", "data/valid.en",
                  "checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl"):
         assert (trained_run / name).is_file(), name
+    # train.keep_last=1: the step checkpoint of step 20 made way for that of step 40.
+    assert sorted(p.name for p in (trained_run / "checkpoints").glob("step-*.pt")) == ["step-000040.pt"]
     metrics = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [20, 40]
     assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
@@ -99,7 +102,7 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path):
 def test_console_script_shows_help_with_examples():
     result = subprocess.run([sys.executable, "-m", "attn_cli", "--help"], capture_output=True, text=True, check=True)
     assert "attn train --config configs/en-zh.yaml" in result.stdout
-    for command in ("train", "translate", "eval", "tokenizer"):
+    for command in ("train", "translate", "eval", "tokenizer", "average"):
         help_text = invoke(command, "--help").stdout
         assert "Example:" in help_text and f"attn {command}" in help_text, command
 
@@ -148,3 +151,19 @@ def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatc
     assert result.exit_code == 2
     assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
     assert "Traceback" not in result.output
+
+
+def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run):
+    too_many = invoke("average", "--run", str(trained_run), "--last", "2")
+    assert too_many.exit_code == 2
+    assert "--last 2 needs 2 step checkpoints" in too_many.output and "holds 1 (step-000040.pt)" in too_many.output
+    assert "train.keep_last" in too_many.output
+
+    result = invoke("average", "--run", str(trained_run), "--last", "1")
+    assert result.exit_code == 0, result.output
+    averaged = trained_run / "checkpoints" / "average-last1.pt"
+    translated = invoke("translate", "--checkpoint", str(averaged), "Hello.")
+    assert translated.exit_code == 0, translated.output
+    # One checkpoint averaged is that checkpoint: the same translation as step 40's own.
+    own = invoke("translate", "--checkpoint", str(trained_run / "checkpoints" / "step-000040.pt"), "Hello.")
+    assert translated.stdout == own.stdout
