@@ -140,6 +140,16 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingConfig:
+    metric: Literal["bleu", "loss"] = "bleu"  # validation BLEU (higher is better) or loss (lower is better)
+    patience: int = 5  # validations in a row without improvement before training stops
+
+    def validate(self, path: str) -> None:
+        if self.patience < 1:
+            _fail(f"{path}.patience", f"{self.patience} must be >= 1")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where fast, fp16 on older GPUs, else fp32
@@ -157,6 +167,7 @@ class TrainConfig:
     clip_norm: float = 1.0
     label_smoothing: float = 0.1
     valid_every: int = 1000  # steps between validations (and checkpoints)
+    early_stopping: Optional[EarlyStoppingConfig] = None  # e.g. {metric: bleu, patience: 5}; null trains to the budget
     keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
     log_every: int = 10
@@ -174,6 +185,11 @@ class TrainConfig:
             _fail(f"{path}.max_steps", f"{self.max_steps} must be >= 1, or null for no limit")
         if self.max_minutes is not None and self.max_minutes <= 0:
             _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
+        if self.early_stopping is not None:
+            self.early_stopping.validate(f"{path}.early_stopping")
+            if self.early_stopping.metric == "bleu" and not self.valid_bleu:
+                _fail(f"{path}.early_stopping.metric", f"'bleu' needs {path}.valid_bleu: true; "
+                      f"use metric: loss, or turn valid_bleu on")
         if self.keep_last < 0:
             _fail(f"{path}.keep_last", f"{self.keep_last} must be >= 0 (0 keeps no step checkpoints)")
         if self.threads is not None and self.threads < 1:

@@ -17,7 +17,7 @@ from attn_cli.config import Config, ConfigError, config_to_dict
 RESUMABLE = (
     "run_dir", "train.device", "train.threads", "train.precision", "train.compile", "train.gradient_checkpointing",
     "train.max_epochs", "train.max_steps", "train.max_minutes", "train.valid_every", "train.log_every",
-    "train.max_nonfinite_steps", "train.keep_last", "decode",
+    "train.max_nonfinite_steps", "train.keep_last", "train.early_stopping", "decode",
 )
 
 

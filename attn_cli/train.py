@@ -18,6 +18,7 @@ from attn_cli.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_c
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
+from attn_cli.early_stopping import EarlyStopping
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
@@ -145,6 +146,9 @@ class Trainer:
         self.update = TrainingStep(self.model, forward, self.optimizer, self.scheduler, self.scaler, self.precision,
                                    self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
         self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
+        stopping = cfg.train.early_stopping
+        self.early_stopping = EarlyStopping(stopping.metric, stopping.patience) if stopping else None
+        self.stop_early = False  # set by a validation that used up the early-stopping patience
         self.step = 0  # updates applied
         self.epoch = 0  # the epoch in progress; 0 before the first
         self.batches_done = 0  # batches of this epoch already trained on
@@ -190,7 +194,8 @@ class Trainer:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "grad_scaler": self.scaler.state_dict(), "rng": capture_rng_state(),
                 "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
-                "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total}
+                "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total,
+                "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None}
 
     def _restore(self, resumed: Checkpoint) -> None:
         state = resumed.training_state
@@ -201,6 +206,8 @@ class Trainer:
         self.step, self.epoch, self.batches_done = resumed.step, resumed.epoch, state["batches_done"]
         self.elapsed_before, self.validated_step = state["elapsed"], state["validated_step"]
         self.best_metrics, self.nonfinite.total = state["best_metrics"], state["nonfinite_steps"]
+        if self.early_stopping and state.get("early_stopping"):
+            self.early_stopping.load_state_dict(state["early_stopping"])
         restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers before training
 
     # -- one step -------------------------------------------------------------------------------
@@ -250,6 +257,8 @@ class Trainer:
         if improved:
             self.best_metrics = metrics
         self.validated_step = self.step
+        if self.early_stopping is not None:  # before saving, so a resumed run counts on from here
+            self.stop_early = self.early_stopping.update(metrics)
         self._save(self.paths.last_checkpoint, metrics)
         if improved:
             self._save(self.paths.best_checkpoint, metrics)
@@ -356,6 +365,9 @@ class Trainer:
                 return
             if self.step % train.valid_every == 0:
                 self.validate_and_save()
+                if self.stop_early:
+                    self.display.log(self.early_stopping.reason())
+                    return
                 self.display.update(self._status(meter))
                 meter.restart_window()  # validation time is not training throughput
 
