@@ -61,3 +61,7 @@ class RunPaths:
     @property
     def metrics_log(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.root / "tensorboard"

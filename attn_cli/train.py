@@ -19,6 +19,7 @@ from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
 from attn_cli.decode import translate_sentences
 from attn_cli.early_stopping import EarlyStopping
+from attn_cli.metrics_log import MetricsLog
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
@@ -265,8 +266,7 @@ class Trainer:
         if self.cfg.train.keep_last:
             self._save(self.paths.step_checkpoint(self.step), metrics)
             keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
-        with self.paths.metrics_log.open("a", encoding="utf-8") as log:
-            log.write(json.dumps(metrics) + "\n")
+        self.metrics_log.validation(metrics)
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
 
@@ -331,6 +331,19 @@ class Trainer:
 
     def run(self) -> TrainResult:
         self._started = time.monotonic()
+        self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None)
+        if self.metrics_log.tensorboard:
+            self.display.log(f"tensorboard: logging to {self.paths.tensorboard_dir}")
+        try:
+            self._run_until_stopped()
+            if self.validated_step != self.step:
+                self.validate_and_save()
+        finally:
+            self.metrics_log.close()
+        return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
+
+    def _run_until_stopped(self) -> None:
+        """The loop, and last.pt saved when a signal, Ctrl-C or divergence ends it early."""
         meter = _ThroughputMeter()
         with stop_requests() as stop:
             try:
@@ -342,9 +355,6 @@ class Trainer:
                                  f"before exiting")
                 self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
                 raise
-        if self.validated_step != self.step:
-            self.validate_and_save()
-        return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
         train = self.cfg.train
@@ -360,7 +370,9 @@ class Trainer:
                 continue  # no new step: nothing to log, validate or save
             meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
             if self.step % train.log_every == 0:
-                self.display.update(self._status(meter))
+                status = self._status(meter)
+                self.display.update(status)
+                self.metrics_log.training(status.step, status.loss, status.learning_rate, status.tokens_per_second)
             if self._budget_spent(self._elapsed()):
                 return
             if self.step % train.valid_every == 0:
