@@ -1,8 +1,9 @@
 """Self-describing checkpoints, written atomically.
 
 A checkpoint holds the config, both tokenizer models, the model weights, step, epoch and metrics,
-so it alone rebuilds a translator; it also keeps the optimizer, scheduler and RNG states that
-resuming a run needs. Saving writes a temporary file in the same directory and renames it over the old
+so it alone rebuilds a translator; it also keeps what resuming a run exactly needs: optimizer,
+scheduler, gradient scaler and RNG states, the position inside the epoch, the training time used
+and the best metrics so far. Saving writes a temporary file in the same directory and renames it over the old
 one: a crash mid-save never leaves a broken checkpoint behind.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict
 from attn_cli.model import Transformer, build_model
+from attn_cli.paths import RunPaths
 from attn_cli.tokenizer import Tokenizers
 
 FORMAT_VERSION = 1
@@ -35,7 +37,7 @@ class Checkpoint:
     step: int = 0
     epoch: int = 0
     metrics: dict = field(default_factory=dict)
-    training_state: dict = field(default_factory=dict)  # optimizer, scheduler, RNG
+    training_state: dict = field(default_factory=dict)  # what resuming needs; see Trainer._training_state
 
 
 def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, model: Transformer, step: int,
@@ -94,3 +96,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     model.to(device).eval()
     return Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
                       payload["training_state"])
+
+
+def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
+    """Delete all but the `keep` (>= 1) newest step-numbered checkpoints; best.pt and last.pt stay."""
+    for old in paths.step_checkpoints()[:-keep]:
+        old.unlink(missing_ok=True)

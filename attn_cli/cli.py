@@ -38,7 +38,9 @@ def _fail(error: Exception) -> None:
 
 
 @app.command()
-def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption) -> None:
+def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
+          resume: bool = typer.Option(False, "--resume", help="Continue the run exactly where "
+                                      "RUN/checkpoints/last.pt left off; --set may extend train.max_steps.")) -> None:
     """Train a tokenizer (if the run has none) and a Transformer, with validation and checkpoints.
 
     Example:
@@ -46,9 +48,11 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption) ->
       attn train --config configs/en-zh.yaml
 
       attn train --config configs/tiny.yaml --set train.max_steps=200 --set run_dir=runs/try
+
+      attn train --config runs/try/config.yaml --resume --set train.max_steps=400
     """
     try:
-        commands.train(config, set_ or [], _stderr)
+        commands.train(config, set_ or [], resume, _stderr)
     except UserError as error:
         _fail(error)
 
@@ -160,6 +164,29 @@ def evaluate(
     flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size}
     try:
         commands.evaluate(bleu, run, checkpoint, src, ref, device, flags, _stderr)
+    except UserError as error:
+        _fail(error)
+
+
+@app.command()
+def average(
+    run: Optional[Path] = RunOption,
+    last: int = typer.Option(5, "--last", min=1, help="How many of the newest step checkpoints to average."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Where to write it (default: RUN/checkpoints/average-lastN.pt)."),
+) -> None:
+    """Average the weights of a run's newest step checkpoints into one checkpoint.
+
+    The run must keep step checkpoints: train with train.keep_last set to at least --last.
+
+    Example:
+
+      attn average --run runs/en-zh --last 5
+
+      attn average --run runs/en-zh --last 5 --output avg.pt && attn eval --checkpoint avg.pt
+    """
+    try:
+        commands.average(run, last, output, _stderr)
     except UserError as error:
         _fail(error)
 

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from attn_cli.average import average_checkpoints
 from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.attention_view import collect_attention, render_alignment, save_attention
 from attn_cli.config import ConfigError, DecodeConfig, load_config
@@ -31,6 +32,7 @@ from attn_cli.prepare import read_splits, train_or_load_tokenizers, write_splits
 from attn_cli.progress import TrainingDisplay, format_duration
 from attn_cli.tokenizer import EOS_ID, TokenizerError
 from attn_cli.train import resolve_device, train as run_training
+from attn_cli.training_step import TrainingDiverged
 from attn_cli.translate import Translation, translate_sentences
 
 DEFAULT_CONFIG = Path("configs/en-zh.yaml")
@@ -41,19 +43,22 @@ def user_errors() -> Iterator[None]:
     """Turn the library's own error types into one-line messages."""
     try:
         yield
-    except (ConfigError, DataError, CheckpointError, TokenizerError) as error:
+    except (ConfigError, DataError, CheckpointError, TokenizerError, TrainingDiverged) as error:
         raise UserError(str(error)) from None
 
 
-def train(config_path: Path, overrides: Sequence[str], console: Console) -> None:
+def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Console) -> None:
     with user_errors():
         cfg = load_config(config_path, overrides)
         try:
-            result = run_training(cfg, TrainingDisplay(console))
-        except KeyboardInterrupt:
-            last = RunPaths.of(cfg.run_dir).last_checkpoint
-            saved = f"; the last checkpoint is in {last}" if last.is_file() else " before the first checkpoint"
-            raise UserError(f"interrupted{saved}") from None
+            result = run_training(cfg, TrainingDisplay(console), resume=resume)
+        except KeyboardInterrupt as stop:
+            paths = RunPaths.of(cfg.run_dir)
+            signal_name = f" by {stop}" if str(stop) else ""
+            saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
+                     f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
+                     else " before the first checkpoint")
+            raise UserError(f"interrupted{signal_name}{saved}") from None
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
     console.print(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "
@@ -302,3 +307,19 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
             print(score)
+
+
+def average(run: Optional[Path], last: int, output: Optional[Path], console: Console) -> None:
+    paths = RunPaths.of(run if run is not None else default_run_dir())
+    found = paths.step_checkpoints()
+    if len(found) < last:
+        held = f" ({', '.join(p.name for p in found)})" if found else ""
+        raise UserError(f"--last {last} needs {last} step checkpoints, but {paths.checkpoint_dir} holds {len(found)}"
+                        f"{held}; train with train.keep_last: {last} or more, or lower --last")
+    chosen = found[-last:]
+    output = output if output is not None else paths.average_checkpoint(last)
+    with user_errors():
+        averaged = average_checkpoints(chosen, output)
+    steps = ", ".join(f"{step:,}" for step in averaged.metrics["averaged_steps"])
+    console.print(f"averaged the weights of steps {steps} into {output}; use it with "
+                  f"`attn translate --checkpoint {output}` or `attn eval --checkpoint {output}`", highlight=False)

@@ -140,12 +140,23 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingConfig:
+    metric: Literal["bleu", "loss"] = "bleu"  # validation BLEU (higher is better) or loss (lower is better)
+    patience: int = 5  # validations in a row without improvement before training stops
+
+    def validate(self, path: str) -> None:
+        if self.patience < 1:
+            _fail(f"{path}.patience", f"{self.patience} must be >= 1")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where fast, fp16 on older GPUs, else fp32
     seed: int = 1
     threads: Optional[int] = None  # CPU threads for torch; null keeps torch's default
     max_tokens: int = 4096  # token budget of one batch (source or target, whichever is longer, incl. padding)
+    accumulate: int = 1  # batches per update: the effective batch is max_tokens x accumulate
     max_epochs: int = 100
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # wall-clock budget of the training loop
@@ -156,19 +167,31 @@ class TrainConfig:
     clip_norm: float = 1.0
     label_smoothing: float = 0.1
     valid_every: int = 1000  # steps between validations (and checkpoints)
+    early_stopping: Optional[EarlyStoppingConfig] = None  # e.g. {metric: bleu, patience: 5}; null trains to the budget
+    keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
     log_every: int = 10
+    max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
+    compile: bool = False  # torch.compile the training forward; checkpoints and decoding use the plain module
+    gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
 
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
-        for key in ("max_tokens", "max_epochs", "warmup_steps", "valid_every", "log_every"):
+        for key in ("max_tokens", "accumulate", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             _fail(f"{path}.max_steps", f"{self.max_steps} must be >= 1, or null for no limit")
         if self.max_minutes is not None and self.max_minutes <= 0:
             _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
+        if self.early_stopping is not None:
+            self.early_stopping.validate(f"{path}.early_stopping")
+            if self.early_stopping.metric == "bleu" and not self.valid_bleu:
+                _fail(f"{path}.early_stopping.metric", f"'bleu' needs {path}.valid_bleu: true; "
+                      f"use metric: loss, or turn valid_bleu on")
+        if self.keep_last < 0:
+            _fail(f"{path}.keep_last", f"{self.keep_last} must be >= 0 (0 keeps no step checkpoints)")
         if self.threads is not None and self.threads < 1:
             _fail(f"{path}.threads", f"{self.threads} must be >= 1, or null")
         if self.lr <= 0:

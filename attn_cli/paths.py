@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+_STEP_CHECKPOINT = re.compile(r"step-(\d+)\.pt")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,24 @@ class RunPaths:
     def last_checkpoint(self) -> Path:
         return self.checkpoint_dir / "last.pt"
 
+    def step_checkpoint(self, step: int) -> Path:
+        return self.checkpoint_dir / f"step-{step:06d}.pt"  # zero-padded, so a listing sorts by step
+
+    def step_checkpoints(self) -> list[Path]:
+        """The step-numbered checkpoints (train.keep_last), oldest first."""
+        if not self.checkpoint_dir.is_dir():
+            return []
+        found = [(int(match.group(1)), path) for path in self.checkpoint_dir.iterdir()
+                 if (match := _STEP_CHECKPOINT.fullmatch(path.name))]
+        return [path for _, path in sorted(found)]
+
+    def average_checkpoint(self, count: int) -> Path:
+        return self.checkpoint_dir / f"average-last{count}.pt"
+
     @property
     def metrics_log(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.root / "tensorboard"

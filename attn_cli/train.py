@@ -3,26 +3,33 @@ warmup, gradient clipping, periodic validation (loss and BLEU) and atomic checkp
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
-from attn_cli.checkpoint import save_checkpoint
+from attn_cli.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
+                                 save_checkpoint)
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
-from attn_cli.data import Batch, DataError, Example, collate, filter_by_length, token_batches
+from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
+from attn_cli.early_stopping import EarlyStopping
+from attn_cli.metrics_log import MetricsLog
 from attn_cli.evaluate import score_translations
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
-from attn_cli.prepare import prepare
+from attn_cli.precision import resolve_precision
+from attn_cli.prepare import prepare, read_splits, write_splits
 from attn_cli.progress import TrainingDisplay, TrainingStatus
-from attn_cli.tokenizer import PAD_ID, Tokenizers
+from attn_cli.resume import resume_config
+from attn_cli.rng import capture_rng_state, restore_rng_state
+from attn_cli.signals import StopRequest, stop_requests
+from attn_cli.tokenizer import Tokenizers
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
 from attn_cli.translate import translate_sentences
 
 
@@ -39,26 +46,12 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device, precision: str):
-    """The one precision switch: bf16 autocast, or nothing for fp32."""
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def inverse_sqrt_schedule(warmup_steps: int):
     """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
     def factor(step: int) -> float:
         step = max(step, 1)
         return min(step / warmup_steps, math.sqrt(warmup_steps / step))
     return factor
-
-
-def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
-    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
-    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
-    return loss, int((labels != PAD_ID).sum())
 
 
 def set_seed(seed: int) -> None:
@@ -77,40 +70,105 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
     existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
     if existing:
         raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
-                          f"train into another one (--set run_dir=...) or delete {paths.checkpoint_dir} to start over")
+                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
+                          f"{paths.checkpoint_dir} to start over")
+
+
+def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
+    if not paths.last_checkpoint.is_file():
+        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
+    checkpoint = load_checkpoint(paths.last_checkpoint, device)
+    if "batches_done" not in checkpoint.training_state:
+        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
+                              f"start a new run_dir")
+    return checkpoint
+
+
+def _keep_metrics_up_to(log: Path, step: int) -> None:
+    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+    if log.is_file():
+        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
 
 
 @dataclass
 class TrainResult:
     step: int
     epoch: int
-    elapsed: float  # seconds in the training loop
+    elapsed: float  # seconds in the training loop, those before a resume included
     best_metrics: dict
     paths: RunPaths
 
 
 class Trainer:
-    def __init__(self, cfg: Config, display: TrainingDisplay):
-        self.cfg = cfg
+    def __init__(self, cfg: Config, display: TrainingDisplay, resume: bool = False):
         self.display = display
         self.paths = RunPaths.of(cfg.run_dir)
         self.device = resolve_device(cfg.train.device)
+        resumed = _load_resume_point(self.paths, self.device) if resume else None
+        if resumed is not None:
+            cfg, changes = resume_config(cfg, resumed.config, self.paths.last_checkpoint)
+            for change in changes:
+                display.log(f"resume: {change}")
+        else:
+            _refuse_to_overwrite(self.paths)
+        self.cfg = cfg
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
-        set_seed(cfg.train.seed)
-        _refuse_to_overwrite(self.paths)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.paths.config)
-        self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
+        if resumed is not None:
+            _keep_metrics_up_to(self.paths.metrics_log, resumed.step)
+        else:
+            self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
-        prepared = prepare(cfg, display.log)
-        self.tokenizers = prepared.tokenizers
-        self.valid_pairs = prepared.splits.valid
-        train_examples = encode_examples(prepared.splits.train, self.tokenizers)
+        set_seed(cfg.train.seed)
+        if resumed is not None:  # the checkpoint's own tokenizer is the one its weights were trained with
+            splits = read_splits(cfg, display.log)
+            write_splits(cfg, splits)
+            self.tokenizers = resumed.tokenizers
+        else:
+            prepared = prepare(cfg, display.log)
+            splits, self.tokenizers = prepared.splits, prepared.tokenizers
+        self._encode_splits(splits)
+
+        set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
+        self.model: Transformer = (resumed.model if resumed is not None else
+                                   build_model(cfg.model, self.tokenizers.source.vocab_size,
+                                               self.tokenizers.target.vocab_size)).to(self.device)
+        self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+                                           weight_decay=cfg.train.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
+        self.precision = resolve_precision(cfg.train.precision, self.device)
+        self.scaler = self.precision.grad_scaler(self.device)
+        # The compiled wrapper shares the parameters; the plain module stays the one saved and decoded with.
+        forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.update = TrainingStep(self.model, forward, self.optimizer, self.scheduler, self.scaler, self.precision,
+                                   self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
+        self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
+        stopping = cfg.train.early_stopping
+        self.early_stopping = EarlyStopping(stopping.metric, stopping.patience) if stopping else None
+        self.stop_early = False  # set by a validation that used up the early-stopping patience
+        self.step = 0  # updates applied
+        self.epoch = 0  # the epoch in progress; 0 before the first
+        self.batches_done = 0  # batches of this epoch already trained on
+        self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
+        self.elapsed_before = 0.0  # training seconds of the run before this resume
+        self.validated_step = 0
+        self.best_metrics: dict = {}
+        if resumed is not None:
+            self._restore(resumed)
+        self._log_setup()
+
+    def _encode_splits(self, splits: Splits) -> None:
+        cfg = self.cfg
+        self.valid_pairs = splits.valid
+        train_examples = encode_examples(splits.train, self.tokenizers)
         self.train_examples, dropped = filter_by_length(train_examples, cfg.data.max_source_tokens,
                                                         cfg.data.max_target_tokens, cfg.data.max_length_ratio)
         if dropped:
-            display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
+            self.display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
         if not self.train_examples:
             raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
                              "data.max_target_tokens or data.max_length_ratio")
@@ -119,34 +177,49 @@ class Trainer:
         self.valid_examples = [e for e in encode_examples(self.valid_pairs, self.tokenizers)
                                if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
 
-        set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
-        self.model: Transformer = build_model(cfg.model, self.tokenizers.source.vocab_size,
-                                              self.tokenizers.target.vocab_size).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
-                                           weight_decay=cfg.train.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
-        self.step = 0
-        self.epoch = 0
-        self.best_metrics: dict = {}
+    def _log_setup(self) -> None:
         parameters = sum(p.numel() for p in self.model.parameters())
-        display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {cfg.train.precision}; "
-                    f"{len(self.train_examples):,} training pairs")
+        self.display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
+                         f"{len(self.train_examples):,} training pairs")
+        train = self.cfg.train
+        self.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
+                         f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate})")
+        if self.step:
+            self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
+                             f"of {len(self._batches_of_epoch(self.epoch))}")
+
+    # -- resume state ---------------------------------------------------------------------------
+
+    def _training_state(self) -> dict:
+        """Everything besides the weights that continuing this run exactly needs."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "grad_scaler": self.scaler.state_dict(), "rng": capture_rng_state(),
+                "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
+                "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total,
+                "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None}
+
+    def _restore(self, resumed: Checkpoint) -> None:
+        state = resumed.training_state
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
+            self.scaler.load_state_dict(state["grad_scaler"])
+        self.step, self.epoch, self.batches_done = resumed.step, resumed.epoch, state["batches_done"]
+        self.elapsed_before, self.validated_step = state["elapsed"], state["validated_step"]
+        self.best_metrics, self.nonfinite.total = state["best_metrics"], state["nonfinite_steps"]
+        if self.early_stopping and state.get("early_stopping"):
+            self.early_stopping.load_state_dict(state["early_stopping"])
+        restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers before training
 
     # -- one step -------------------------------------------------------------------------------
 
-    def train_step(self, batch: Batch) -> float:
-        self.model.train()
-        with autocast(self.device, self.cfg.train.precision):
-            logits = self.model(batch.src, batch.tgt_in)
-        loss_sum, tokens = label_smoothed_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
-        (loss_sum / tokens).backward()
-        if self.cfg.train.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        return loss_sum.item() / tokens
+    def train_step(self, batches: list[Batch]) -> StepResult:
+        """One update; a non-finite loss skips it (and counts towards stopping), leaving `step` as it was."""
+        result = self.update(batches)
+        self.nonfinite.record(result, self.step)
+        if result.applied:
+            self.step += 1
+        return result
 
     # -- validation and checkpoints -------------------------------------------------------------
 
@@ -157,7 +230,7 @@ class Trainer:
         total, tokens = 0.0, 0
         for positions in token_batches(self.valid_examples, self.cfg.train.max_tokens, shuffle=False):
             batch = collate([self.valid_examples[p] for p in positions]).to(self.device)
-            with autocast(self.device, self.cfg.train.precision):
+            with self.precision.autocast(self.device):
                 logits = self.model(batch.src, batch.tgt_in)
             loss_sum, count = label_smoothed_loss(logits, batch.tgt_out, 0.0)
             total, tokens = total + loss_sum.item(), tokens + count
@@ -165,7 +238,7 @@ class Trainer:
 
     def validation_bleu(self) -> float:
         self.model.eval()
-        with autocast(self.device, self.cfg.train.precision):
+        with self.precision.autocast(self.device):
             translations = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
                                                self.cfg.decode, self.cfg.model.max_positions - 1,
                                                self.cfg.data.tgt_lang)
@@ -173,8 +246,10 @@ class Trainer:
         scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
         return scores[0].score
 
-    def validate_and_save(self, elapsed: float) -> None:
-        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(elapsed, 1)}
+    def validate_and_save(self) -> None:
+        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(self._elapsed(), 1)}
+        if self.nonfinite.total:
+            metrics["nonfinite_steps"] = self.nonfinite.total
         if self.valid_examples:
             metrics["valid_loss"] = self.validation_loss()
             metrics["valid_ppl"] = math.exp(min(metrics["valid_loss"], 50))
@@ -183,11 +258,16 @@ class Trainer:
         improved = self._is_better(metrics)
         if improved:
             self.best_metrics = metrics
+        self.validated_step = self.step
+        if self.early_stopping is not None:  # before saving, so a resumed run counts on from here
+            self.stop_early = self.early_stopping.update(metrics)
         self._save(self.paths.last_checkpoint, metrics)
         if improved:
             self._save(self.paths.best_checkpoint, metrics)
-        with self.paths.metrics_log.open("a", encoding="utf-8") as log:
-            log.write(json.dumps(metrics) + "\n")
+        if self.cfg.train.keep_last:
+            self._save(self.paths.step_checkpoint(self.step), metrics)
+            keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
+        self.metrics_log.validation(metrics)
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
 
@@ -201,9 +281,8 @@ class Trainer:
         return True  # nothing to compare on: the newest is the best
 
     def _save(self, path, metrics: dict) -> None:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
-        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, state)
+        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics,
+                        self._training_state())
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -224,42 +303,92 @@ class Trainer:
             eta = min(eta, train.max_minutes * 60 - elapsed)
         return eta
 
-    def run(self) -> TrainResult:
-        train = self.cfg.train
-        start = time.monotonic()
-        meter = _ThroughputMeter()
-        validated_step = 0
-        try:
-            while self.epoch < train.max_epochs and not self._budget_spent(time.monotonic() - start):
-                self.epoch += 1
-                batches = token_batches(self.train_examples, train.max_tokens, shuffle=True,
-                                        seed=train.seed, epoch=self.epoch)
-                for positions in batches:
-                    batch = collate([self.train_examples[p] for p in positions]).to(self.device)
-                    meter.add(self.train_step(batch), batch.num_source_tokens + batch.num_target_tokens)
-                    elapsed = time.monotonic() - start
-                    if self.step % train.log_every == 0:
-                        self.display.update(self._status(meter, elapsed, len(batches)))
-                    if self._budget_spent(elapsed):
-                        break
-                    if self.step % train.valid_every == 0:
-                        self.validate_and_save(elapsed)
-                        validated_step = self.step
-                        self.display.update(self._status(meter, elapsed, len(batches)))
-                        meter.restart_window()  # validation time is not training throughput
-        except KeyboardInterrupt:
-            self.display.log("interrupted: saving the last checkpoint before exiting")
-            self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, "interrupted": True})
-            raise
-        elapsed = time.monotonic() - start
-        if validated_step != self.step:
-            self.validate_and_save(elapsed)
-        return TrainResult(self.step, self.epoch, elapsed, self.best_metrics, self.paths)
+    def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
+        """The epoch's batches (positions into train_examples); computed once per epoch."""
+        if self._epoch_batches[0] != epoch:
+            train = self.cfg.train
+            batches = token_batches(self.train_examples, train.max_tokens, shuffle=True, seed=train.seed,
+                                    epoch=epoch) if epoch > 0 else []
+            self._epoch_batches = (epoch, batches)
+        return self._epoch_batches[1]
 
-    def _status(self, meter: "_ThroughputMeter", elapsed: float, steps_per_epoch: int) -> TrainingStatus:
+    def _next_update(self) -> Optional[list[list[int]]]:
+        """The batches of the next update, starting the next epoch when this one is used up; None
+        after the last epoch. An epoch's last update may have fewer than train.accumulate batches."""
+        batches = self._batches_of_epoch(self.epoch)
+        if self.batches_done >= len(batches):
+            if self.epoch >= self.cfg.train.max_epochs:
+                return None
+            self.epoch, self.batches_done = self.epoch + 1, 0
+            batches = self._batches_of_epoch(self.epoch)
+        return batches[self.batches_done : self.batches_done + self.cfg.train.accumulate]
+
+    def _updates_per_epoch(self) -> int:
+        return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
+
+    def _elapsed(self) -> float:
+        """Training seconds so far, those before a resume included."""
+        return self.elapsed_before + time.monotonic() - self._started
+
+    def run(self) -> TrainResult:
+        self._started = time.monotonic()
+        self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None)
+        if self.metrics_log.tensorboard:
+            self.display.log(f"tensorboard: logging to {self.paths.tensorboard_dir}")
+        try:
+            self._run_until_stopped()
+            if self.validated_step != self.step:
+                self.validate_and_save()
+        finally:
+            self.metrics_log.close()
+        return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
+
+    def _run_until_stopped(self) -> None:
+        """The loop, and last.pt saved when a signal, Ctrl-C or divergence ends it early."""
+        meter = _ThroughputMeter()
+        with stop_requests() as stop:
+            try:
+                self._loop(meter, stop)
+            except (KeyboardInterrupt, TrainingDiverged) as reason:
+                # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
+                why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
+                self.display.log(f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint "
+                                 f"before exiting")
+                self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
+                raise
+
+    def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
+        train = self.cfg.train
+        while not self._budget_spent(self._elapsed()):
+            stop.raise_if_requested()
+            update = self._next_update()
+            if update is None:
+                return
+            batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
+            result = self.train_step(batches)
+            self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
+            if not result.applied:
+                continue  # no new step: nothing to log, validate or save
+            meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
+            if self.step % train.log_every == 0:
+                status = self._status(meter)
+                self.display.update(status)
+                self.metrics_log.training(status.step, status.loss, status.learning_rate, status.tokens_per_second)
+            if self._budget_spent(self._elapsed()):
+                return
+            if self.step % train.valid_every == 0:
+                self.validate_and_save()
+                if self.stop_early:
+                    self.display.log(self.early_stopping.reason())
+                    return
+                self.display.update(self._status(meter))
+                meter.restart_window()  # validation time is not training throughput
+
+    def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
+        elapsed = self._elapsed()
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
-                              meter.tokens_per_second(), elapsed, self._eta(elapsed, steps_per_epoch),
-                              self._best_text())
+                              meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
+                              self._best_text(), self.nonfinite.total)
 
     def _best_text(self) -> str:
         if "valid_bleu" in self.best_metrics:
@@ -292,7 +421,8 @@ class _ThroughputMeter:
         return self.rate
 
 
-def train(cfg: Config, display: Optional[TrainingDisplay] = None) -> TrainResult:
+def train(cfg: Config, display: Optional[TrainingDisplay] = None, resume: bool = False) -> TrainResult:
+    """Train a run from scratch, or with `resume` continue it exactly where RUN/checkpoints/last.pt left off."""
     display = display or TrainingDisplay()
     with display:
-        return Trainer(cfg, display).run()
+        return Trainer(cfg, display, resume).run()

@@ -29,7 +29,8 @@ def trained_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(REPO)  # the config's corpus path is relative to the repository root
     try:
-        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}"])
+        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}",
+                                          "--set", "train.keep_last=1"])
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output

@@ -24,6 +24,8 @@ def test_train_writes_config_tokenizer_splits_checkpoints_and_metrics(trained_ru
     for name in ("config.yaml", "tokenizer/joint.model", "data/test.en", "data/test.zh", "data/valid.en",
                  "checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl"):
         assert (trained_run / name).is_file(), name
+    # train.keep_last=1: the step checkpoint of step 20 made way for that of step 40.
+    assert sorted(p.name for p in (trained_run / "checkpoints").glob("step-*.pt")) == ["step-000040.pt"]
     metrics = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [20, 40]
     assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
@@ -85,7 +87,7 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path):
 def test_console_script_shows_help_with_examples():
     result = subprocess.run([sys.executable, "-m", "attn_cli", "--help"], capture_output=True, text=True, check=True)
     assert "attn train --config configs/en-zh.yaml" in result.stdout
-    for command in ("train", "translate", "eval", "tokenizer"):
+    for command in ("train", "translate", "eval", "tokenizer", "average"):
         help_text = invoke(command, "--help").stdout
         assert "Example:" in help_text and f"attn {command}" in help_text, command
 
@@ -301,3 +303,33 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
     hypotheses = (tmp_path / "n_best.s.en.hyp").read_text().splitlines()
     translated = translate_ok(checkpoint, "--beam", "1", "--n-best", "1", "--input", str(src)).stdout.splitlines()
     assert hypotheses == translated and len(set(translated)) == 3
+
+
+def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
+    from attn_cli import training_step
+
+    real_loss = training_step.label_smoothed_loss
+    monkeypatch.setattr(training_step, "label_smoothed_loss",
+                        lambda *args: (real_loss(*args)[0] * float("inf"), real_loss(*args)[1]))
+    monkeypatch.chdir(REPO)
+    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}",
+                    "--set", "train.max_nonfinite_steps=3")
+    assert result.exit_code == 2
+    assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run):
+    too_many = invoke("average", "--run", str(trained_run), "--last", "2")
+    assert too_many.exit_code == 2
+    assert "--last 2 needs 2 step checkpoints" in too_many.output and "holds 1 (step-000040.pt)" in too_many.output
+    assert "train.keep_last" in too_many.output
+
+    result = invoke("average", "--run", str(trained_run), "--last", "1")
+    assert result.exit_code == 0, result.output
+    averaged = trained_run / "checkpoints" / "average-last1.pt"
+    translated = invoke("translate", "--checkpoint", str(averaged), "Hello.")
+    assert translated.exit_code == 0, translated.output
+    # One checkpoint averaged is that checkpoint: the same translation as step 40's own.
+    own = invoke("translate", "--checkpoint", str(trained_run / "checkpoints" / "step-000040.pt"), "Hello.")
+    assert translated.stdout == own.stdout

@@ -125,3 +125,42 @@ def test_the_output_matrix_follows_weight_updates_in_evaluation():
     model.train()
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, model(src, tgt), atol=1e-5, rtol=1e-5)  # training uses the live view
+
+def _gradients_and_layer_calls(checkpointing: bool):
+    """Gradients of one training forward/backward with dropout on, and how often layers ran."""
+    torch.manual_seed(0)
+    model = small_model(dropout=0.3, attention_dropout=0.2).train()
+    model.gradient_checkpointing = checkpointing
+    calls = []
+
+    def counted(forward):
+        def run(*args, **kwargs):
+            calls.append(1)
+            return forward(*args, **kwargs)
+        return run
+
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        layer.forward = counted(layer.forward)  # forward hooks do not fire when checkpointing recomputes
+    src = random_source(3, 7, lengths=[7, 5, 3])
+    tgt = random_source(3, 6, lengths=[6, 6, 2])
+    torch.manual_seed(1)  # the same dropout masks in both runs
+    model(src, tgt).square().mean().backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}, len(calls)
+
+
+def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_gradients():
+    plain, plain_calls = _gradients_and_layer_calls(False)
+    recomputed, recomputed_calls = _gradients_and_layer_calls(True)
+    assert plain_calls == 4 and recomputed_calls == 8, "each layer must run again in backward"
+    for name, gradient in plain.items():
+        torch.testing.assert_close(recomputed[name], gradient, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_gradient_checkpointing_refuses_the_kv_cache_in_training_mode():
+    model = small_model().train()
+    model.gradient_checkpointing = True
+    src = random_source(2, 5)
+    with pytest.raises(RuntimeError, match="model.eval"):
+        model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache())
+    model.eval()  # inference with the cache is fine once out of training mode
+    assert model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache()).shape[:2] == (2, 1)

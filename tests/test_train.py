@@ -8,7 +8,8 @@ from attn_cli.checkpoint import load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode
-from attn_cli.train import inverse_sqrt_schedule, label_smoothed_loss
+from attn_cli.train import inverse_sqrt_schedule
+from attn_cli.training_step import label_smoothed_loss
 from attn_cli.tokenizer import PAD_ID, train_tokenizers
 
 from conftest import small_model
@@ -78,3 +79,33 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     assert loaded.config == cfg
     assert loaded.tokenizers.target.encode(["句子5号"]) == tokenizers.target.encode(["句子5号"])
     assert not list(path.parent.glob("*.tmp")), "the temporary file must be renamed away"
+
+
+def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
+    from attn_cli import checkpoint as checkpoint_module
+
+    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+                 model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
+    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
+                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    vocab = tokenizers.source.vocab_size
+    model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
+
+    def killed_midway(payload, handle):
+        handle.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # what a signal during the write raises
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", killed_midway)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    try:
+        save_checkpoint(path, cfg, tokenizers, model, step=2, epoch=1)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the failed save must not pass silently")
+    monkeypatch.undo()
+    assert load_checkpoint(path).step == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"], "the temporary file must be removed"

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from attn_cli.config import ModelConfig
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
@@ -172,6 +173,15 @@ class Transformer(nn.Module):
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        # Recompute each layer in backward instead of keeping its activations: less memory, more
+        # compute. The trainer sets it; it acts only in training mode with gradients on.
+        self.gradient_checkpointing = False
+
+    def _run_layer(self, layer: nn.Module, *args, **kwargs):
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # Non-reentrant checkpointing replays the same dropout masks when it recomputes.
+            return checkpoint(layer, *args, use_reentrant=False, **kwargs)
+        return layer(*args, **kwargs)
 
     def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: nn.Module, start: int = 0) -> torch.Tensor:
         x = embedding(ids) * self.embed_scale + positions(start, ids.shape[1]).to(embedding.weight.dtype)
@@ -182,7 +192,7 @@ class Transformer(nn.Module):
         mask = key_padding_mask(src, PAD_ID)
         x = self._embed(src, self.src_embedding, self.src_positions)
         for layer in self.encoder_layers:
-            x, weights = layer(x, mask, need_weights=attention is not None)
+            x, weights = self._run_layer(layer, x, mask, need_weights=attention is not None)
             if attention is not None:
                 attention.setdefault("encoder", []).append(weights)
         return Encoded(self.encoder_norm(x), mask)
@@ -195,6 +205,10 @@ class Transformer(nn.Module):
         cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
         new query may see every cached key, so no mask is needed for a single-step update.
         """
+        if cache is not None and self.gradient_checkpointing and self.training:
+            # A recomputed layer would append its keys and values to the cache a second time.
+            raise RuntimeError("gradient checkpointing is for the training forward and the KV cache for "
+                               "inference; call model.eval() before decoding with a cache")
         start = cache.steps if cache is not None else 0
         length = tgt_in.shape[1]
         if cache is None:
@@ -206,8 +220,8 @@ class Transformer(nn.Module):
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
-            x, self_weights, cross_weights = layer(x, self_mask, encoded.memory, encoded.cross_attention_mask, layer_cache,
-                                                   need_weights=attention is not None)
+            x, self_weights, cross_weights = self._run_layer(layer, x, self_mask, encoded.memory, encoded.cross_attention_mask,
+                                                             layer_cache, need_weights=attention is not None)
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
                 attention.setdefault("cross", []).append(cross_weights)

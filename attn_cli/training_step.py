@@ -1,0 +1,103 @@
+"""One optimizer update: forward and backward under the precision's autocast, gradient scaling,
+clipping, the optimizer and schedule steps, and the guard against non-finite losses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from attn_cli.data import Batch
+from attn_cli.precision import Precision
+from attn_cli.tokenizer import PAD_ID
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many non-finite losses in a row; the message says what to change."""
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
+    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
+    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss, int((labels != PAD_ID).sum())
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean loss per target token; nan or inf when the step was skipped
+    target_tokens: int
+    applied: bool  # False: the loss was not finite, and the parameters were left as they were
+
+
+class TrainingStep:
+    """Turns batches into one update of the parameters.
+
+    `forward` is the model's forward (or its torch.compile wrapper); `model` owns the parameters.
+    """
+
+    def __init__(self, model: torch.nn.Module, forward: Callable, optimizer: torch.optim.Optimizer,
+                 scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
+                 precision: Precision, device: torch.device, clip_norm: float, label_smoothing: float):
+        self.model = model
+        self.forward = forward
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self.precision = precision
+        self.device = device
+        self.clip_norm = clip_norm
+        self.label_smoothing = label_smoothing
+
+    def __call__(self, batches: list[Batch]) -> StepResult:
+        """One update from the summed gradients of `batches`.
+
+        Each batch's summed loss is divided by the target tokens of all the batches together, so
+        the gradient is that of the mean loss over every token: several batches give the update
+        that their union in one batch would.
+        """
+        self.model.train()
+        tokens = sum(batch.num_target_tokens for batch in batches)
+        loss_total = 0.0
+        for batch in batches:
+            with self.precision.autocast(self.device):
+                logits = self.forward(batch.src, batch.tgt_in)
+            loss_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing)
+            self.scaler.scale(loss_sum / tokens).backward()
+            loss_total += loss_sum.item()
+        if not math.isfinite(loss_total):
+            # An update from a non-finite loss would poison every parameter it touches.
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(loss_total / tokens, tokens, applied=False)
+        if self.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+        self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(loss_total / tokens, tokens, applied=True)
+
+
+class NonfiniteGuard:
+    """Counts skipped steps, and stops training when `limit` of them come in a row."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.in_a_row = 0
+        self.total = 0
+
+    def record(self, result: StepResult, step: int) -> None:
+        if result.applied:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.total += 1
+        if self.in_a_row >= self.limit:
+            raise TrainingDiverged(
+                f"training stopped: {self.in_a_row} steps in a row had a non-finite loss (after step {step:,}; "
+                f"train.max_nonfinite_steps={self.limit}); lower train.lr, use train.precision: bf16 or fp32 "
+                f"instead of fp16, or raise train.warmup_steps")

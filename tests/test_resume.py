@@ -1,0 +1,137 @@
+"""A run stopped and resumed ends exactly where the run that never stopped ends."""
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attn_cli.cli import app
+from attn_cli.config import ConfigError, load_config
+from attn_cli.resume import resume_config
+
+from conftest import CORPUS, REPO
+
+# Dropout on, so the resumed run must also continue the random number streams; two batches per
+# update, so the position inside the epoch counts batches, not steps.
+TINY = ["--config", "configs/tiny.yaml", "--set", "model.dropout=0.1", "--set", "train.accumulate=2",
+        "--set", "train.valid_every=10", "--set", "train.valid_bleu=false"]
+
+needs_corpus = pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not found at {CORPUS}")
+
+
+def train(run_dir, *extra):
+    result = CliRunner().invoke(app, ["train", *TINY, "--set", f"run_dir={run_dir}", *extra])
+    return result
+
+
+def checkpoint(run_dir, name="last.pt"):
+    return torch.load(run_dir / "checkpoints" / name, weights_only=False)
+
+
+def metrics_without_time(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if k != "elapsed"} for m in lines]
+
+
+def assert_same_tensors(left, right):
+    if isinstance(left, torch.Tensor):
+        assert torch.equal(left, right)
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_same_tensors(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_same_tensors(a, b)
+    else:
+        assert left == right
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """30 steps that never stopped: what every stopped and resumed run must reproduce."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        result = train(run_dir, "--set", "train.max_steps=30")
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
+def assert_same_run(actual_dir, expected_dir):
+    expected, actual = checkpoint(expected_dir), checkpoint(actual_dir)
+    assert (actual["step"], actual["epoch"]) == (expected["step"], expected["epoch"]) == (30, expected["epoch"])
+    assert_same_tensors(actual["model"], expected["model"])
+    assert_same_tensors(actual["training_state"]["optimizer"], expected["training_state"]["optimizer"])
+    assert actual["training_state"]["batches_done"] == expected["training_state"]["batches_done"]
+    assert checkpoint(actual_dir, "best.pt")["step"] == checkpoint(expected_dir, "best.pt")["step"]
+
+
+@needs_corpus
+def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    resumed = tmp_path / "resumed"
+    first = train(resumed, "--set", "train.max_steps=15")  # stops mid-epoch, between validations
+    assert first.exit_code == 0, first.output
+    stopped = checkpoint(resumed)
+    assert stopped["step"] == 15 and 0 < stopped["training_state"]["batches_done"]
+    second = train(resumed, "--resume", "--set", "train.max_steps=30")
+    assert second.exit_code == 0, second.output
+    assert "resume: train.max_steps: 15 -> 30" in second.output
+
+    assert_same_run(resumed, straight_run)
+    # The resumed run's metrics: 10 and the stop at 15 from the first part, then 20 and 30.
+    assert [m["step"] for m in metrics_without_time(resumed)] == [10, 15, 20, 30]
+    assert [m for m in metrics_without_time(resumed) if m["step"] != 15] == metrics_without_time(straight_run)
+
+
+@needs_corpus
+def test_resume_without_a_last_checkpoint_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = train(tmp_path / "empty", "--resume")
+    assert result.exit_code == 2
+    assert "nothing to resume" in result.output and "without --resume" in result.output
+
+
+def test_resume_allows_a_longer_run_and_refuses_a_different_model(tmp_path):
+    saved = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}"])
+    longer = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}", "train.max_steps=400"])
+    resumed, changes = resume_config(longer, saved, tmp_path / "last.pt")
+    assert resumed.train.max_steps == 400 and changes == ["train.max_steps: 40 -> 400"]
+
+    wider = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}", "model.d_model=64"])
+    with pytest.raises(ConfigError, match=r"^model\.d_model: 64 differs from 32 in .*--config .*config\.yaml"):
+        resume_config(wider, saved, tmp_path / "last.pt")
+    reseeded = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}", "train.seed=2"])
+    with pytest.raises(ConfigError, match=r"^train\.seed: 2 differs from 1"):
+        resume_config(reseeded, saved, tmp_path / "last.pt")
+
+
+@needs_corpus
+def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, tmp_path, monkeypatch):
+    from attn_cli.train import Trainer
+
+    real_step = Trainer.train_step
+
+    def terminated_during_step_8(self, batches):
+        if self.step == 7:  # the signal lands mid-update; the update still completes
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, batches)
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(Trainer, "train_step", terminated_during_step_8)
+    handler_before = signal.getsignal(signal.SIGTERM)
+    resumed = tmp_path / "resumed"
+    stopped = train(resumed, "--set", "train.max_steps=30")
+    assert stopped.exit_code == 2
+    assert "interrupted by SIGTERM" in stopped.output and "--resume" in stopped.output
+    assert signal.getsignal(signal.SIGTERM) is handler_before, "the handler must be restored"
+    assert checkpoint(resumed)["step"] == 8
+
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert train(resumed, "--resume", "--set", "train.max_steps=30").exit_code == 0
+    assert_same_run(resumed, straight_run)

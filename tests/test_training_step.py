@@ -1,0 +1,99 @@
+"""One optimizer update: a non-finite loss skips it without touching the parameters, and too many
+in a row stop training with advice."""
+
+import pytest
+import torch
+
+from attn_cli import training_step
+from attn_cli.data import Example, collate
+from attn_cli.precision import resolve_precision
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep
+
+from conftest import small_model
+
+CPU = torch.device("cpu")
+
+
+def make_step(model, precision="fp32"):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    chosen = resolve_precision(precision, CPU)
+    return TrainingStep(model, model, optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU,
+                        clip_norm=1.0, label_smoothing=0.1)
+
+
+def random_examples(count, seed):
+    generator = torch.Generator().manual_seed(seed)
+    examples = []
+    for index in range(count):
+        length = int(torch.randint(2, 9, (1,), generator=generator))
+        examples.append(Example(index, torch.randint(4, 50, (length,), generator=generator).tolist(),
+                                torch.randint(4, 50, (length + 1,), generator=generator).tolist()))
+    return examples
+
+
+def parameters_of(model):
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch):
+    model = small_model()
+    step = make_step(model)
+    before = parameters_of(model)
+    real_loss = training_step.label_smoothed_loss
+    monkeypatch.setattr(training_step, "label_smoothed_loss",
+                        lambda *args: (real_loss(*args)[0] * float("nan"), real_loss(*args)[1]))
+    result = step([collate(random_examples(6, seed=0))])
+    assert not result.applied
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters()), "the poisoned gradients must be dropped"
+    assert step.optimizer.state_dict()["state"] == {} and step.scheduler.last_epoch == 0
+
+    monkeypatch.setattr(training_step, "label_smoothed_loss", real_loss)
+    assert step([collate(random_examples(6, seed=0))]).applied
+    assert not torch.equal(before["tgt_embedding.weight"], model.state_dict()["tgt_embedding.weight"])
+
+
+def test_fp16_updates_through_the_gradient_scaler():
+    model = small_model()
+    step = make_step(model, "fp16")
+    result = step([collate(random_examples(6, seed=0))])
+    assert result.applied and step.scaler.is_enabled()
+    assert "scale" in step.scaler.state_dict()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_enough_nonfinite_losses_in_a_row_stop_training_with_advice():
+    guard = NonfiniteGuard(limit=3)
+    skipped, applied = StepResult(float("nan"), 10, False), StepResult(1.0, 10, True)
+    for result in (skipped, skipped, applied, skipped, skipped):  # a good step resets the count
+        guard.record(result, step=5)
+    assert guard.total == 4
+    with pytest.raises(TrainingDiverged) as stopped:
+        guard.record(skipped, step=5)
+    message = str(stopped.value)
+    assert "train.max_nonfinite_steps=3" in message
+    assert "train.lr" in message and "train.precision" in message and "train.warmup_steps" in message
+
+
+def test_accumulating_two_batches_gives_the_update_of_their_union():
+    # Plain SGD without clipping makes the update proportional to the gradient, so a wrong loss
+    # normalisation (say, each batch by its own tokens) changes it; Adam's first step would hide that.
+    first, second = random_examples(3, seed=1), random_examples(5, seed=2)
+    assert collate(first).num_target_tokens != collate(second).num_target_tokens
+    updated = []
+    for batches in ([collate(first), collate(second)], [collate(first + second)]):
+        torch.manual_seed(0)
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        chosen = resolve_precision("fp32", CPU)
+        step = TrainingStep(model, model, optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU,
+                            clip_norm=0.0, label_smoothing=0.1)
+        result = step(batches)
+        updated.append((parameters_of(model), result))
+    (accumulated, accumulated_result), (union, union_result) = updated
+    assert accumulated_result.target_tokens == union_result.target_tokens
+    assert abs(accumulated_result.loss - union_result.loss) < 1e-5
+    for name, tensor in union.items():
+        torch.testing.assert_close(accumulated[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
