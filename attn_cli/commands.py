@@ -25,6 +25,7 @@ from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.attention_view import collect_attention, render_alignment, save_attention
 from attn_cli.config import ConfigError, DecodeConfig, load_config
 from attn_cli.data import DataError
+from attn_cli.distributed import is_main_process
 from attn_cli.errors import UserError
 from attn_cli.evaluate import score_translations
 from attn_cli.paths import RunPaths
@@ -59,6 +60,8 @@ def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Co
                      f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
                      else " before the first checkpoint")
             raise UserError(f"interrupted{signal_name}{saved}") from None
+    if not is_main_process():
+        return  # rank 0 of a torchrun run reports for all its processes
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
     console.print(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "
