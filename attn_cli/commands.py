@@ -54,6 +54,8 @@ def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Co
         try:
             result = run_training(cfg, TrainingDisplay(console), resume=resume)
         except KeyboardInterrupt as stop:
+            if not is_main_process():
+                raise SystemExit(2) from None  # rank 0 says where the checkpoint is, once rank 0 has written it
             paths = RunPaths.of(cfg.run_dir)
             signal_name = f" by {stop}" if str(stop) else ""
             saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "

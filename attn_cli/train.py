@@ -449,7 +449,8 @@ class Trainer:
             if self.step % train.valid_every == 0:
                 self.validate_and_save()
                 if self.stop_early:
-                    self.display.log(self.early_stopping.reason())
+                    if self.ranks.is_main:  # only rank 0 counted the validations
+                        self.display.log(self.early_stopping.reason())
                     return
                 self.display.update(self._status(meter))
                 meter.restart_window()  # validation time is not training throughput

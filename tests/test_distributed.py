@@ -110,6 +110,17 @@ def _worker(rank, port, out):
         ranks.gather(None)  # rank 0 has written last.pt before anyone resumes from it
         run_trainer(tiny_config(out / "resumed", [*RESUME, "train.max_steps=8"]), ranks, resume=True)
 
+        # A validation loss that never improves: rank 0 alone decides to stop early, at step 4.
+        real_loss = Trainer.validation_loss
+        Trainer.validation_loss = lambda self: 1.0
+        try:
+            trainer = run_trainer(tiny_config(out / "early", [*RESUME, "train.max_steps=20", "train.valid_every=2",
+                                                              "train.early_stopping={metric: loss, patience: 1}"]),
+                                  ranks)
+        finally:
+            Trainer.validation_loss = real_loss
+        torch.save({"step": trainer.step}, out / f"early-rank{rank}.pt")
+
 
 def free_port():
     with socket.socket() as probe:
@@ -179,6 +190,11 @@ def test_a_signal_to_one_process_stops_both_and_the_resumed_run_is_exact(two_pro
     rng = straight["training_state"]["rng_by_rank"]
     assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"]), \
         "each process keeps its own dropout stream"
+
+
+def test_early_stopping_decided_on_rank_0_stops_both_processes_at_the_same_step(two_process_runs):
+    assert [torch.load(two_process_runs / f"early-rank{rank}.pt")["step"] for rank in range(WORLD_SIZE)] == [4, 4]
+    assert torch.load(two_process_runs / "early" / "checkpoints" / "last.pt", weights_only=False)["step"] == 4
 
 
 def test_torchrun_environment_is_read_only_for_more_than_one_process():
