@@ -25,6 +25,7 @@ from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.attention_view import collect_attention, render_alignment, save_attention
 from attn_cli.config import ConfigError, DecodeConfig, load_config
 from attn_cli.data import DataError
+from attn_cli.distributed import is_main_process
 from attn_cli.errors import UserError
 from attn_cli.evaluate import score_translations
 from attn_cli.paths import RunPaths
@@ -53,12 +54,16 @@ def train(config_path: Path, overrides: Sequence[str], resume: bool, console: Co
         try:
             result = run_training(cfg, TrainingDisplay(console), resume=resume)
         except KeyboardInterrupt as stop:
+            if not is_main_process():
+                raise SystemExit(2) from None  # rank 0 says where the checkpoint is, once rank 0 has written it
             paths = RunPaths.of(cfg.run_dir)
             signal_name = f" by {stop}" if str(stop) else ""
             saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
                      f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
                      else " before the first checkpoint")
             raise UserError(f"interrupted{signal_name}{saved}") from None
+    if not is_main_process():
+        return  # rank 0 of a torchrun run reports for all its processes
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
     console.print(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "

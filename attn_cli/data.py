@@ -385,6 +385,10 @@ class Batch:
     def to(self, device: torch.device | str) -> "Batch":
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
 
+    def without_labels(self) -> "Batch":
+        """The same inputs with every label ignored: a forward and backward that count for nothing."""
+        return Batch(self.src, self.tgt_in, torch.full_like(self.tgt_out, PAD_ID), self.indices)
+
     @property
     def num_target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())

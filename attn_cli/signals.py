@@ -28,8 +28,10 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_requests(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[StopRequest]:
-    """Record these signals as a stop request while the block runs; the old handlers come back after."""
+def stop_requests(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+                  second_stops_at_once: bool = True) -> Iterator[StopRequest]:
+    """Record these signals as a stop request while the block runs; the old handlers come back after.
+    Without `second_stops_at_once`, later signals only repeat the request."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request  # only the main thread may install handlers; signals keep their old meaning
@@ -37,7 +39,9 @@ def stop_requests(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.S
 
     def record(signum, frame) -> None:
         if request.signal_name is not None:
-            raise KeyboardInterrupt  # the second signal: stop now, mid-update if need be
+            if second_stops_at_once:
+                raise KeyboardInterrupt  # the second signal: stop now, mid-update if need be
+            return
         request.signal_name = signal.Signals(signum).name
 
     previous = {number: signal.getsignal(number) for number in signals}

@@ -17,6 +17,7 @@ from attn_cli.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_c
                                  save_checkpoint)
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
 from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
+from attn_cli.distributed import SINGLE_PROCESS, Ranks, process_group
 from attn_cli.early_stopping import EarlyStopping
 from attn_cli.metrics_log import MetricsLog
 from attn_cli.evaluate import score_translations
@@ -27,7 +28,7 @@ from attn_cli.prepare import prepare, read_splits, write_splits
 from attn_cli.progress import TrainingDisplay, TrainingStatus
 from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
-from attn_cli.signals import StopRequest, stop_requests
+from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.tokenizer import Tokenizers
 from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
 from attn_cli.translate import translate_sentences
@@ -57,6 +58,12 @@ def inverse_sqrt_schedule(warmup_steps: int):
 def set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def dropout_seed(seed: int, rank: int) -> int:
+    """The seed of process `rank`'s random streams once the model is built: each process draws its
+    own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
+    return seed * 1000003 + rank
 
 
 def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
@@ -101,10 +108,14 @@ class TrainResult:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, display: TrainingDisplay, resume: bool = False):
+    """With several processes (`ranks`), every process makes one Trainer; rank 0 alone writes files
+    and validates, and they agree on every decision to stop."""
+
+    def __init__(self, cfg: Config, display: TrainingDisplay, resume: bool = False, ranks: Ranks = SINGLE_PROCESS):
         self.display = display
+        self.ranks = ranks
         self.paths = RunPaths.of(cfg.run_dir)
-        self.device = resolve_device(cfg.train.device)
+        self.device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
         resumed = _load_resume_point(self.paths, self.device) if resume else None
         if resumed is not None:
             cfg, changes = resume_config(cfg, resumed.config, self.paths.last_checkpoint)
@@ -115,21 +126,27 @@ class Trainer:
         self.cfg = cfg
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
-        self.paths.root.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.paths.config)
-        if resumed is not None:
-            _keep_metrics_up_to(self.paths.metrics_log, resumed.step)
-        else:
-            self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
+        if ranks.is_main:
+            self.paths.root.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.paths.config)
+            if resumed is not None:
+                _keep_metrics_up_to(self.paths.metrics_log, resumed.step)
+            else:
+                self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
         set_seed(cfg.train.seed)
         if resumed is not None:  # the checkpoint's own tokenizer is the one its weights were trained with
             splits = read_splits(cfg, display.log)
-            write_splits(cfg, splits)
+            if ranks.is_main:
+                write_splits(cfg, splits)
             self.tokenizers = resumed.tokenizers
-        else:
+        elif ranks.is_main:
             prepared = prepare(cfg, display.log)
             splits, self.tokenizers = prepared.splits, prepared.tokenizers
+            ranks.from_main(self.tokenizers.to_state())
+        else:  # every process reads the corpus; rank 0 alone trains the tokenizer, and sends it
+            splits = read_splits(cfg, display.log)
+            self.tokenizers = Tokenizers.from_state(ranks.from_main(None))
         self._encode_splits(splits)
 
         set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
@@ -137,15 +154,18 @@ class Trainer:
                                    build_model(cfg.model, self.tokenizers.source.vocab_size,
                                                self.tokenizers.target.vocab_size)).to(self.device)
         self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
+        if ranks.rank:
+            set_seed(dropout_seed(cfg.train.seed, ranks.rank))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                            weight_decay=cfg.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
         self.precision = resolve_precision(cfg.train.precision, self.device)
         self.scaler = self.precision.grad_scaler(self.device)
-        # The compiled wrapper shares the parameters; the plain module stays the one saved and decoded with.
-        forward = torch.compile(self.model) if cfg.train.compile else self.model
+        # The DDP and compiled wrappers share the parameters; the plain module stays the one saved and decoded with.
+        replica = ranks.replicate(self.model)
+        forward = torch.compile(replica) if cfg.train.compile else replica
         self.update = TrainingStep(self.model, forward, self.optimizer, self.scheduler, self.scaler, self.precision,
-                                   self.device, cfg.train.clip_norm, cfg.train.label_smoothing)
+                                   self.device, cfg.train.clip_norm, cfg.train.label_smoothing, ranks, replica)
         self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
         stopping = cfg.train.early_stopping
         self.early_stopping = EarlyStopping(stopping.metric, stopping.patience) if stopping else None
@@ -182,18 +202,20 @@ class Trainer:
         self.display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
                          f"{len(self.train_examples):,} training pairs")
         train = self.cfg.train
+        shared = f", shared by {self.ranks.world_size} processes" if self.ranks.distributed else ""
         self.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
-                         f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate})")
+                         f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate}){shared}")
         if self.step:
             self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
                              f"of {len(self._batches_of_epoch(self.epoch))}")
 
     # -- resume state ---------------------------------------------------------------------------
 
-    def _training_state(self) -> dict:
-        """Everything besides the weights that continuing this run exactly needs."""
+    def _training_state(self, rng_by_rank: list[dict]) -> dict:
+        """Everything besides the weights that continuing this run exactly needs. `rng_by_rank` holds
+        every process's random streams (each draws its own dropout masks); "rng" is rank 0's."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "grad_scaler": self.scaler.state_dict(), "rng": capture_rng_state(),
+                "grad_scaler": self.scaler.state_dict(), "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank,
                 "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
                 "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total,
                 "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None}
@@ -209,7 +231,14 @@ class Trainer:
         self.best_metrics, self.nonfinite.total = state["best_metrics"], state["nonfinite_steps"]
         if self.early_stopping and state.get("early_stopping"):
             self.early_stopping.load_state_dict(state["early_stopping"])
-        restore_rng_state(state["rng"])  # last: nothing after this may draw random numbers before training
+        # Last: nothing after this may draw random numbers before training.
+        rng_by_rank = state.get("rng_by_rank") or [state["rng"]]
+        if len(rng_by_rank) != self.ranks.world_size:
+            self.display.log(f"resume: the run had {len(rng_by_rank)} processes and now has {self.ranks.world_size}; "
+                             f"updates still cover the same batches, but dropout masks differ from an "
+                             f"uninterrupted run")
+        if self.ranks.rank < len(rng_by_rank):
+            restore_rng_state(rng_by_rank[self.ranks.rank])
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -247,6 +276,13 @@ class Trainer:
         return scores[0].score
 
     def validate_and_save(self) -> None:
+        """Validation and checkpoints on rank 0 while the other processes wait; every process learns
+        whether early stopping ends the run."""
+        if not self.ranks.is_main:
+            self.validated_step = self.step
+            self._save([], {})
+            self.stop_early = self.ranks.from_main(False)
+            return
         metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(self._elapsed(), 1)}
         if self.nonfinite.total:
             metrics["nonfinite_steps"] = self.nonfinite.total
@@ -261,15 +297,18 @@ class Trainer:
         self.validated_step = self.step
         if self.early_stopping is not None:  # before saving, so a resumed run counts on from here
             self.stop_early = self.early_stopping.update(metrics)
-        self._save(self.paths.last_checkpoint, metrics)
+        checkpoints = [self.paths.last_checkpoint]
         if improved:
-            self._save(self.paths.best_checkpoint, metrics)
+            checkpoints.append(self.paths.best_checkpoint)
         if self.cfg.train.keep_last:
-            self._save(self.paths.step_checkpoint(self.step), metrics)
+            checkpoints.append(self.paths.step_checkpoint(self.step))
+        self._save(checkpoints, metrics)
+        if self.cfg.train.keep_last:
             keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
         self.metrics_log.validation(metrics)
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
+        self.stop_early = self.ranks.from_main(self.stop_early)
 
     def _is_better(self, metrics: dict) -> bool:
         if not self.best_metrics:
@@ -280,9 +319,15 @@ class Trainer:
             return metrics["valid_loss"] < self.best_metrics["valid_loss"]
         return True  # nothing to compare on: the newest is the best
 
-    def _save(self, path, metrics: dict) -> None:
-        save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics,
-                        self._training_state())
+    def _save(self, paths: list[Path], metrics: dict) -> None:
+        """Rank 0 writes the checkpoint to each of `paths`. Every process must call this at the same
+        point: each contributes its random number generator states."""
+        rng_by_rank = self.ranks.gather(capture_rng_state())
+        if self.ranks.is_main:
+            training_state = self._training_state(rng_by_rank)
+            for path in paths:
+                save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics,
+                                training_state)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -332,21 +377,24 @@ class Trainer:
 
     def run(self) -> TrainResult:
         self._started = time.monotonic()
-        self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None)
-        if self.metrics_log.tensorboard:
+        self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None) if self.ranks.is_main else None
+        if self.metrics_log is not None and self.metrics_log.tensorboard:
             self.display.log(f"tensorboard: logging to {self.paths.tensorboard_dir}")
         try:
             self._run_until_stopped()
             if self.validated_step != self.step:
                 self.validate_and_save()
         finally:
-            self.metrics_log.close()
+            if self.metrics_log is not None:
+                self.metrics_log.close()
         return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
 
     def _run_until_stopped(self) -> None:
         """The loop, and last.pt saved when a signal, Ctrl-C or divergence ends it early."""
         meter = _ThroughputMeter()
-        with stop_requests() as stop:
+        # With several processes a mid-update stop would leave them out of step; torchrun, which
+        # forwards a Ctrl-C as SIGTERM right after it, kills the processes itself if they hang.
+        with stop_requests(second_stops_at_once=not self.ranks.distributed) as stop:
             try:
                 self._loop(meter, stop)
             except (KeyboardInterrupt, TrainingDiverged) as reason:
@@ -354,32 +402,55 @@ class Trainer:
                 why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
                 self.display.log(f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint "
                                  f"before exiting")
-                self._save(self.paths.last_checkpoint, {"step": self.step, "epoch": self.epoch, why: True})
+                self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, why: True})
                 raise
+
+    def _agreed_stop(self, stop: StopRequest) -> bool:
+        """Whether the budget is spent; raises TrainingInterrupted for a stop signal. Every process
+        decides alike (a signal to any of them, or any one's clock running out, stops them all), so
+        none is left waiting for the others."""
+        local = 2 if stop.signal_name else 1 if self._budget_spent(self._elapsed()) else 0
+        decision = self.ranks.max(local)
+        if decision == 2:
+            raise TrainingInterrupted(stop.signal_name or "a signal to another process")
+        return decision == 1
+
+    def _local_batch(self, positions: list[int]) -> Batch:
+        """This process's share of one batch. A process left without examples (a batch smaller than
+        the number of processes) runs one example with every label ignored: it adds nothing to the
+        update, yet joins DDP's gradient all-reduce, which waits for every process."""
+        mine = self.ranks.share(positions)
+        if not mine:
+            return collate([self.train_examples[positions[0]]]).without_labels().to(self.device)
+        return collate([self.train_examples[p] for p in mine]).to(self.device)
+
+    def _tokens_of(self, update: list[list[int]]) -> int:
+        """Source and target tokens of the whole update (every process's share), EOS included."""
+        return sum(len(self.train_examples[p].src) + len(self.train_examples[p].tgt) + 2
+                   for positions in update for p in positions)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
         train = self.cfg.train
-        while not self._budget_spent(self._elapsed()):
-            stop.raise_if_requested()
+        while not self._agreed_stop(stop):
             update = self._next_update()
             if update is None:
                 return
-            batches = [collate([self.train_examples[p] for p in positions]).to(self.device) for positions in update]
-            result = self.train_step(batches)
+            result = self.train_step([self._local_batch(positions) for positions in update])
             self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
             if not result.applied:
                 continue  # no new step: nothing to log, validate or save
-            meter.add(result.loss, sum(b.num_source_tokens + b.num_target_tokens for b in batches))
+            meter.add(result.loss, self._tokens_of(update))
             if self.step % train.log_every == 0:
                 status = self._status(meter)
                 self.display.update(status)
-                self.metrics_log.training(status.step, status.loss, status.learning_rate, status.tokens_per_second)
-            if self._budget_spent(self._elapsed()):
-                return
+                if self.metrics_log is not None:
+                    self.metrics_log.training(status.step, status.loss, status.learning_rate,
+                                              status.tokens_per_second)
             if self.step % train.valid_every == 0:
                 self.validate_and_save()
                 if self.stop_early:
-                    self.display.log(self.early_stopping.reason())
+                    if self.ranks.is_main:  # only rank 0 counted the validations
+                        self.display.log(self.early_stopping.reason())
                     return
                 self.display.update(self._status(meter))
                 meter.restart_window()  # validation time is not training throughput
@@ -422,7 +493,9 @@ class _ThroughputMeter:
 
 
 def train(cfg: Config, display: Optional[TrainingDisplay] = None, resume: bool = False) -> TrainResult:
-    """Train a run from scratch, or with `resume` continue it exactly where RUN/checkpoints/last.pt left off."""
-    display = display or TrainingDisplay()
-    with display:
-        return Trainer(cfg, display, resume).run()
+    """Train a run from scratch, or with `resume` continue it exactly where RUN/checkpoints/last.pt left off.
+    Started by torchrun, this is one of several processes training together; rank 0 alone displays."""
+    with process_group(cfg.train.device) as ranks:
+        display = (display or TrainingDisplay()) if ranks.is_main else TrainingDisplay(quiet=True)
+        with display:
+            return Trainer(cfg, display, resume, ranks).run()

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_cli.data import Batch
+from attn_cli.distributed import SINGLE_PROCESS, Ranks
 from attn_cli.precision import Precision
 from attn_cli.tokenizer import PAD_ID
 
@@ -37,13 +38,18 @@ class TrainingStep:
     """Turns batches into one update of the parameters.
 
     `forward` is the model's forward (or its torch.compile wrapper); `model` owns the parameters.
+    With several processes, `replica` is the DistributedDataParallel module `forward` runs through,
+    and each process passes its own share of the update's batches.
     """
 
     def __init__(self, model: torch.nn.Module, forward: Callable, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
-                 precision: Precision, device: torch.device, clip_norm: float, label_smoothing: float):
+                 precision: Precision, device: torch.device, clip_norm: float, label_smoothing: float,
+                 ranks: Ranks = SINGLE_PROCESS, replica: torch.nn.Module | None = None):
         self.model = model
         self.forward = forward
+        self.ranks = ranks
+        self.replica = replica if replica is not None else model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.scaler = scaler
@@ -57,17 +63,22 @@ class TrainingStep:
 
         Each batch's summed loss is divided by the target tokens of all the batches together, so
         the gradient is that of the mean loss over every token: several batches give the update
-        that their union in one batch would.
+        that their union in one batch would. With several processes the tokens are those of every
+        process's batches, and the loss is multiplied by the number of processes because DDP averages
+        the gradients over them: the update is that of one process over all the batches.
         """
         self.model.train()
-        tokens = sum(batch.num_target_tokens for batch in batches)
+        tokens = int(self.ranks.sum(sum(batch.num_target_tokens for batch in batches)))
         loss_total = 0.0
-        for batch in batches:
-            with self.precision.autocast(self.device):
-                logits = self.forward(batch.src, batch.tgt_in)
-            loss_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing)
-            self.scaler.scale(loss_sum / tokens).backward()
+        for index, batch in enumerate(batches):
+            with self.ranks.gradient_sync(self.replica, sync=index == len(batches) - 1):
+                with self.precision.autocast(self.device):
+                    logits = self.forward(batch.src, batch.tgt_in)
+                loss_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing)
+                self.scaler.scale(loss_sum * self.ranks.world_size / tokens).backward()
             loss_total += loss_sum.item()
+        # Every process sees the same total, so all of them skip a non-finite update together.
+        loss_total = self.ranks.sum(loss_total)
         if not math.isfinite(loss_total):
             # An update from a non-finite loss would poison every parameter it touches.
             self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,439 @@
+"""Training speed and memory of our Transformer against Hugging Face Transformers (MarianMTModel).
+
+Three parts, each selectable with --parts:
+
+  step    Target tokens/s of one training step (forward, backward, clipping, AdamW) of ours and of a
+          MarianMTModel of the same dimensions, on the same random batches, in fp32 and bf16
+          (torch.autocast on the CPU for both), medians after warm-up. Also model FLOP utilisation:
+          the step's FLOPs (formula below) per second, as a share of a 2048x2048 matmul's FLOP/s in the
+          same precision, measured in the same run.
+  epoch   One epoch of the Tatoeba corpus with the data and tokenizer settings of configs/en-zh.yaml:
+          ours (length-bucketed token batches of train.max_tokens, our TrainingStep, bf16) against
+          Seq2SeqTrainer as users run it (group_by_length, 64 sentences per batch, bf16, no
+          evaluation or saving). Both count real tokens/s: source plus target tokens, padding excluded.
+  memory  Peak resident memory of training steps of the base size with and without gradient
+          checkpointing, and the time of a step; one fresh subprocess per configuration, whose
+          ru_maxrss after setup and after the steps is read.
+
+Step FLOPs, for B rows of S source and T target tokens, model width d, FFN width f, vocabulary V,
+Le encoder and Ld decoder layers (forward = 2 x multiply-adds; a training step = 3 x forward):
+    linear     B*S*Le*(4d^2 + 2df) + B*T*Ld*(6d^2 + 2df) + B*S*Ld*2d^2 + B*T*d*V
+    attention  B*Le*2*S^2*d + B*Ld*2*T^2*d + B*Ld*2*T*S*d        (scores and weighted sums, causal unhalved)
+    FLOPs = 6 * (linear + attention)
+(decoder per target token: self-attention q, k, v, out (4d^2), cross-attention q and out (2d^2), FFN;
+cross-attention keys and values are projected from the source tokens, 2d^2 each per decoder layer.)
+
+    python scripts/bench_train.py                                      # everything; minutes on 2 cores
+    python scripts/bench_train.py --parts step --sizes small --steps 2 --warmup 1   # a smoke test
+    python scripts/bench_train.py --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
+    python scripts/bench_train.py --parts memory --memory-steps 3
+Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import MarianConfig, MarianMTModel
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+from attn_cli.config import load_config  # noqa: E402
+from attn_cli.data import Example, collate, filter_by_length, token_batches  # noqa: E402
+from attn_cli.model import Transformer, build_model  # noqa: E402
+from attn_cli.precision import Precision  # noqa: E402
+from attn_cli.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
+from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from attn_cli.train import encode_examples, inverse_sqrt_schedule  # noqa: E402
+from attn_cli.training_step import TrainingStep, label_smoothed_loss  # noqa: E402
+
+VOCAB = 8000
+SIZES = {
+    "small": {"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "layers": 3, "target_tokens": 4096},
+    "base": {"d_model": 512, "num_heads": 8, "ffn_dim": 2048, "layers": 6, "target_tokens": 2048},
+}
+PRECISIONS = ("fp32", "bf16")
+DROPOUT = 0.1
+LABEL_SMOOTHING = 0.1
+CLIP_NORM = 1.0
+
+
+# --- models
+
+
+def build_ours(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=dims["d_model"],
+                       num_heads=dims["num_heads"], ffn_dim=dims["ffn_dim"], encoder_layers=dims["layers"],
+                       decoder_layers=dims["layers"], dropout=dropout).train()
+
+
+def build_marian(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> MarianMTModel:
+    """A MarianMTModel set up like ours: ReLU, scaled embeddings, tied and shared embeddings, our
+    special ids, dropout on sublayer outputs and embeddings only. It stays post-LN (ours is pre-LN)."""
+    config = MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=vocab, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        d_model=dims["d_model"], encoder_attention_heads=dims["num_heads"], decoder_attention_heads=dims["num_heads"],
+        encoder_ffn_dim=dims["ffn_dim"], decoder_ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"], decoder_layers=dims["layers"], max_position_embeddings=256,
+        activation_function="relu", scale_embedding=True, dropout=dropout, attention_dropout=0.0,
+        activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,  # Marian's default, 0, is our padding id
+    )
+    torch.manual_seed(0)
+    return MarianMTModel(config).train()
+
+
+def marian_logits(model: MarianMTModel, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in,
+                 decoder_attention_mask=tgt_in != PAD_ID).logits
+
+
+def ours_logits(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    return model(src, tgt_in)
+
+
+# --- part 1: one training step
+
+
+def random_batches(count: int, rows: int, length: int, seed: int = 0) -> list:
+    """Unpadded batches of random ids (EOS last): every position is a real token, so FLOPs per token are exact."""
+    generator = torch.Generator().manual_seed(seed)
+    examples = lambda: [Example(i, torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist(),
+                                torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist())
+                        for i in range(rows)]
+    return [collate(examples()) for _ in range(count)]
+
+
+def step_flops(size: str, rows: int, source: int, target: int) -> float:
+    """Training FLOPs of one step; see the module docstring for the formula."""
+    dims = SIZES[size]
+    d, f, layers = dims["d_model"], dims["ffn_dim"], dims["layers"]
+    linear = (rows * source * layers * (4 * d * d + 2 * d * f) + rows * target * layers * (6 * d * d + 2 * d * f)
+              + rows * source * layers * 2 * d * d + rows * target * d * VOCAB)
+    attention = rows * layers * 2 * d * (source * source + target * target + target * source)
+    return 6.0 * (linear + attention)
+
+
+def one_step(model: torch.nn.Module, logits_of, optimizer: torch.optim.Optimizer, batch, precision: Precision) -> None:
+    """The step both systems take: forward under autocast, our label-smoothed loss in fp32 per
+    target token, backward, gradient clipping, AdamW."""
+    with precision.autocast(torch.device("cpu")):
+        logits = logits_of(model, batch.src, batch.tgt_in)
+    loss_sum, tokens = label_smoothed_loss(logits, batch.tgt_out, LABEL_SMOOTHING)
+    (loss_sum / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def time_steps(model, logits_of, batches, precision: Precision, warmup: int, steps: int) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for index in range(warmup):
+        one_step(model, logits_of, optimizer, batches[index % len(batches)], precision)
+    seconds = []
+    for index in range(steps):
+        started = time.perf_counter()
+        one_step(model, logits_of, optimizer, batches[index % len(batches)], precision)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def matmul_peak(precision: str, repeats: int = 10) -> float:
+    """FLOP/s of a 2048x2048 matmul in this precision: the peak the FLOP utilisation is a share of."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - started)
+    return 2 * 2048**3 / statistics.median(seconds)
+
+
+def bench_step(args: argparse.Namespace) -> dict:
+    peaks = {precision: matmul_peak(precision) for precision in args.precisions}
+    rows_out = []
+    for size in args.sizes:
+        rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
+        batches = random_batches(4, rows, args.length)
+        flops = step_flops(size, rows, args.length, args.length)
+        for precision in args.precisions:
+            row = {"size": size, "precision": precision, "rows": rows, "length": args.length,
+                   "target_tokens_per_step": rows * args.length, "step_flops": flops}
+            for name, build, logits_of in (("ours", build_ours, ours_logits), ("hf", build_marian, marian_logits)):
+                model = build(SIZES[size])
+                seconds = statistics.median(time_steps(model, logits_of, batches, Precision(precision, ""),
+                                                       args.warmup, args.steps))
+                row[name] = {"seconds_per_step": seconds, "target_tokens_per_second": rows * args.length / seconds,
+                             "flops_per_second": flops / seconds, "mfu": flops / seconds / peaks[precision],
+                             "parameters": sum(p.numel() for p in model.parameters())}
+                print(f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
+                      flush=True)
+                del model
+            row["ours_over_hf"] = row["ours"]["target_tokens_per_second"] / row["hf"]["target_tokens_per_second"]
+            rows_out.append(row)
+    print(f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, {args.threads} threads, "
+          f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster")
+    print(f"matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
+    print(f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
+          f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7}")
+    for row in rows_out:
+        ours, hf = row["ours"], row["hf"]
+        print(f"{row['size']:<6} {row['precision']:<5} {ours['target_tokens_per_second']:>11,.0f} "
+              f"{hf['target_tokens_per_second']:>10,.0f} {row['ours_over_hf']:>7.2f}x "
+              f"{ours['flops_per_second'] / 1e9:>13,.1f} {hf['flops_per_second'] / 1e9:>11,.1f} "
+              f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%}")
+    return {"matmul_peak_flops_per_second": peaks, "results": rows_out,
+            "flops_formula": "6 * (linear + attention), see scripts/bench_train.py"}
+
+
+# --- part 2: one epoch of Tatoeba
+
+
+def tatoeba_examples(args: argparse.Namespace):
+    """The training pairs of configs/en-zh.yaml, encoded with its tokenizer (trained once into
+    --tokenizer-dir and reused) and length-filtered as training does."""
+    cfg = load_config(REPO / "configs" / "en-zh.yaml", [f"run_dir={args.tokenizer_dir}"])
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the corpus path is relative to the repository root
+    try:
+        splits = read_splits(cfg, print)
+        tokenizers = train_or_load_tokenizers(cfg, splits, print)
+    finally:
+        os.chdir(cwd)
+    examples = encode_examples(splits.train, tokenizers)
+    examples, _ = filter_by_length(examples, cfg.data.max_source_tokens, cfg.data.max_target_tokens,
+                                   cfg.data.max_length_ratio)
+    return cfg, examples, tokenizers.source.vocab_size
+
+
+def ours_epoch(cfg, examples: list[Example], vocab: int, fraction: float) -> dict:
+    """Our length-bucketed token batches and TrainingStep, bf16, for `fraction` of an epoch."""
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, vocab, vocab)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
+    precision = Precision("bf16", "")
+    cpu = torch.device("cpu")
+    update = TrainingStep(model, model, optimizer, scheduler, precision.grad_scaler(cpu), precision, cpu,
+                          cfg.train.clip_norm, cfg.train.label_smoothing)
+    batches = token_batches(examples, cfg.train.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=1)
+    batches = batches[: max(1, math.ceil(fraction * len(batches)))]
+    tokens = 0
+    started = time.perf_counter()
+    for positions in batches:
+        batch = collate([examples[p] for p in positions])
+        update([batch])
+        tokens += batch.num_source_tokens + batch.num_target_tokens
+    seconds = time.perf_counter() - started
+    return {"batches": len(batches), "tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds,
+            "batching": f"token budget train.max_tokens={cfg.train.max_tokens}, length-bucketed"}
+
+
+class _CountingCollator:
+    """Does what DataCollatorForSeq2Seq given the model does (inputs padded with the pad id, labels
+    with -100, decoder inputs from the model's label shift) and counts the real source and target
+    tokens it hands out."""
+
+    def __init__(self, model: MarianMTModel) -> None:
+        self.model = model
+        self.tokens = 0
+
+    def __call__(self, features: list[dict]) -> dict:
+        source = max(len(f["input_ids"]) for f in features)
+        target = max(len(f["labels"]) for f in features)
+        input_ids = torch.full((len(features), source), PAD_ID, dtype=torch.long)
+        labels = torch.full((len(features), target), -100, dtype=torch.long)
+        for row, feature in enumerate(features):
+            input_ids[row, : len(feature["input_ids"])] = torch.tensor(feature["input_ids"])
+            labels[row, : len(feature["labels"])] = torch.tensor(feature["labels"])
+            self.tokens += len(feature["input_ids"]) + len(feature["labels"])
+        return {"input_ids": input_ids, "attention_mask": input_ids != PAD_ID, "labels": labels,
+                "decoder_input_ids": self.model.prepare_decoder_input_ids_from_labels(labels=labels)}
+
+
+def _group_by_length() -> dict:
+    """Transformers 5 replaced group_by_length=True with train_sampling_strategy="group_by_length"."""
+    from transformers import Seq2SeqTrainingArguments
+
+    fields = Seq2SeqTrainingArguments.__dataclass_fields__
+    if "train_sampling_strategy" in fields:
+        return {"train_sampling_strategy": "group_by_length"}
+    return {"group_by_length": True}
+
+
+def hf_epoch(cfg, examples: list[Example], vocab: int, fraction: float, workdir: Path) -> dict:
+    """Seq2SeqTrainer on the same token ids (source + EOS, target + EOS), as users run it."""
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    dims = {"d_model": cfg.model.d_model, "num_heads": cfg.model.num_heads, "ffn_dim": cfg.model.ffn_dim,
+            "layers": cfg.model.encoder_layers}
+    model = build_marian(dims, dropout=cfg.model.dropout, vocab=vocab)
+    dataset = Dataset.from_dict({"input_ids": [e.src + [EOS_ID] for e in examples],
+                                 "labels": [e.tgt + [EOS_ID] for e in examples]})
+    batch_size = 64
+    steps = max(1, math.ceil(fraction * math.ceil(len(examples) / batch_size)))
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(workdir / "hf"), per_device_train_batch_size=batch_size, **_group_by_length(), bf16=True,
+        use_cpu=True, max_steps=steps, learning_rate=cfg.train.lr, warmup_steps=cfg.train.warmup_steps,
+        label_smoothing_factor=cfg.train.label_smoothing, max_grad_norm=cfg.train.clip_norm,
+        eval_strategy="no", save_strategy="no", dataloader_num_workers=0, report_to="none",
+        logging_strategy="no", disable_tqdm=True, seed=cfg.train.seed)
+    collator = _CountingCollator(model)
+    trainer = Seq2SeqTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator)
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    return {"batches": steps, "tokens": collator.tokens, "seconds": seconds,
+            "tokens_per_second": collator.tokens / seconds,
+            "batching": f"{batch_size} sentences, group_by_length"}
+
+
+def bench_epoch(args: argparse.Namespace) -> dict:
+    cfg, examples, vocab = tatoeba_examples(args)
+    with tempfile.TemporaryDirectory() as workdir:
+        results = {"ours": ours_epoch(cfg, examples, vocab, args.epoch_fraction),
+                   "hf": hf_epoch(cfg, examples, vocab, args.epoch_fraction, Path(workdir))}
+    total_tokens = sum(len(e.src) + len(e.tgt) + 2 for e in examples)
+    for result in results.values():
+        result["projected_epoch_seconds"] = total_tokens / result["tokens_per_second"]
+    print(f"\none epoch of Tatoeba ({len(examples):,} pairs, {total_tokens:,} real tokens, model "
+          f"d{cfg.model.d_model} {cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers, bf16, dropout "
+          f"{cfg.model.dropout}), {args.epoch_fraction:.1%} of it run, epoch time projected; real tokens = source + target, no padding")
+    print(f"{'system':<7} {'batching':<52} {'batches':>8} {'tok/s':>9} {'epoch s':>9}")
+    for name, result in results.items():
+        print(f"{name:<7} {result['batching']:<52} {result['batches']:>8,} {result['tokens_per_second']:>9,.0f} "
+              f"{result['projected_epoch_seconds']:>9,.0f}")
+    ratio = results["ours"]["tokens_per_second"] / results["hf"]["tokens_per_second"]
+    print(f"ours/HF: {ratio:.2f}x")
+    return {"pairs": len(examples), "real_tokens": total_tokens, "fraction": args.epoch_fraction,
+            "results": results, "ours_over_hf": ratio}
+
+
+# --- part 3: memory with and without gradient checkpointing
+
+
+def memory_child(size: str, precision: str, checkpointing: bool, steps: int, length: int, target_tokens: int) -> None:
+    """Runs in its own process: prints one JSON line with ru_maxrss after setup and after the steps."""
+    model = build_ours(SIZES[size])
+    model.gradient_checkpointing = checkpointing
+    rows = max(1, target_tokens // length)
+    batch = random_batches(1, rows, length)[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    setup_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    seconds = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        one_step(model, ours_logits, optimizer, batch, Precision(precision, ""))
+        seconds.append(time.perf_counter() - started)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": peak_kib / 1024,
+                      "first_step_seconds": seconds[0],
+                      "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]}))
+
+
+def bench_memory(args: argparse.Namespace) -> dict:
+    rows_out = []
+    for precision in args.precisions:
+        for checkpointing in (False, True):
+            command = [sys.executable, __file__, "--memory-child", args.memory_size, precision,
+                       "1" if checkpointing else "0", "--memory-steps", str(args.memory_steps),
+                       "--length", str(args.length), "--threads", str(args.threads)]
+            if args.target_tokens:
+                command += ["--target-tokens", str(args.target_tokens)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            row = {"size": args.memory_size, "precision": precision, "gradient_checkpointing": checkpointing,
+                   **json.loads(output.strip().splitlines()[-1])}
+            row["step_mib"] = row["peak_mib"] - row["setup_mib"]
+            rows_out.append(row)
+            print(f"  memory {precision} checkpointing={checkpointing}: peak {row['peak_mib']:,.0f} MiB", flush=True)
+    print(f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
+          f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
+          f"{args.length}-token sentences; a fresh process each, ru_maxrss")
+    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'s/step':>7}")
+    for row in rows_out:
+        print(f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
+              f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} {row['step_seconds']:>7.2f}")
+    return {"measure": "ru_maxrss of a fresh process: after building model, batch and optimizer (setup), and "
+                       "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state)",
+            "results": rows_out}
+
+
+# --- report
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory"], default=["step", "epoch", "memory"])
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--length", type=int, default=32, help="source and target tokens per random sentence, EOS included")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--target-tokens", type=int, help="target tokens per random batch (default: 4096 small, "
+                                                           "2048 base); small values make a smoke test")
+    parser.add_argument("--epoch-fraction", type=float, default=1.0, help="run this share of the epoch (0 < x <= 1)")
+    parser.add_argument("--tokenizer-dir", default=str(REPO / "bench_results" / "tatoeba-tokenizer"),
+                        help="where the en-zh tokenizer is trained once and reused")
+    parser.add_argument("--memory-size", choices=list(SIZES), default="base")
+    parser.add_argument("--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)")
+    parser.add_argument("--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=str(REPO / "bench_results" / "train.json"))
+    args = parser.parse_args()
+    if not 0 < args.epoch_fraction <= 1:
+        parser.error("--epoch-fraction must be in (0, 1]")
+
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if args.memory_child:
+        size, precision, checkpointing = args.memory_child
+        memory_child(size, precision, checkpointing == "1", args.memory_steps, args.length,
+                     args.target_tokens or SIZES[size]["target_tokens"])
+        return
+
+    report = {"benchmark": "training speed and memory: ours vs Transformers MarianMTModel / Seq2SeqTrainer",
+              "machine": machine_info(), "threads": args.threads,
+              "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+              "arguments": {k: v for k, v in vars(args).items() if k != "memory_child"}}
+    if "step" in args.parts:
+        report["step"] = bench_step(args)
+    if "epoch" in args.parts:
+        report["epoch"] = bench_epoch(args)
+    if "memory" in args.parts:
+        report["memory"] = bench_memory(args)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
