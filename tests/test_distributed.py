@@ -132,8 +132,14 @@ def free_port():
 def two_process_runs(tmp_path_factory):
     if not CORPUS.is_file():
         pytest.skip(f"corpus not found at {CORPUS}")
-    out = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_worker, args=(free_port(), out), nprocs=WORLD_SIZE, join=True)
+    try:
+        out = tmp_path_factory.mktemp("ddp")
+        mp.spawn(_worker, args=(free_port(), out), nprocs=WORLD_SIZE, join=True)
+    except mp.ProcessRaisedException:
+        # Another program may take the free port between the probe and rank 0's bind: one more try
+        # on a fresh port and a fresh directory. A real failure fails again.
+        out = tmp_path_factory.mktemp("ddp-again")
+        mp.spawn(_worker, args=(free_port(), out), nprocs=WORLD_SIZE, join=True)
     return out
 
 
