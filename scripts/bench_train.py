@@ -13,7 +13,7 @@ Three parts, each selectable with --parts:
           evaluation or saving). Both count real tokens/s: source plus target tokens, padding excluded.
   memory  Peak resident memory of training steps of the base size with and without gradient
           checkpointing, and the time of a step; one fresh subprocess per configuration, whose
-          ru_maxrss after setup and after the steps is read.
+          peak resident memory (VmHWM) after setup and after the steps is read.
 
 Step FLOPs, for B rows of S source and T target tokens, model width d, FFN width f, vocabulary V,
 Le encoder and Ld decoder layers (forward = 2 x multiply-adds; a training step = 3 x forward):
@@ -331,20 +331,30 @@ def bench_epoch(args: argparse.Namespace) -> dict:
 # --- part 3: memory with and without gradient checkpointing
 
 
+def peak_resident_kib() -> int:
+    """This process's peak resident memory (VmHWM). Not ru_maxrss: a child started by fork and exec
+    inherits its parent's ru_maxrss, which here was already larger than any training step."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # not Linux: the best available
+
+
 def memory_child(size: str, precision: str, checkpointing: bool, steps: int, length: int, target_tokens: int) -> None:
-    """Runs in its own process: prints one JSON line with ru_maxrss after setup and after the steps."""
+    """Runs in its own process: prints one JSON line with the peak resident memory after setup and
+    after the steps."""
     model = build_ours(SIZES[size])
     model.gradient_checkpointing = checkpointing
     rows = max(1, target_tokens // length)
     batch = random_batches(1, rows, length)[0]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    setup_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    setup_kib = peak_resident_kib()
     seconds = []
     for _ in range(steps):
         started = time.perf_counter()
         one_step(model, ours_logits, optimizer, batch, Precision(precision, ""))
         seconds.append(time.perf_counter() - started)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = peak_resident_kib()
     print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": peak_kib / 1024,
                       "first_step_seconds": seconds[0],
                       "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]}))
@@ -367,12 +377,12 @@ def bench_memory(args: argparse.Namespace) -> dict:
             print(f"  memory {precision} checkpointing={checkpointing}: peak {row['peak_mib']:,.0f} MiB", flush=True)
     print(f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
           f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
-          f"{args.length}-token sentences; a fresh process each, ru_maxrss")
+          f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)")
     print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'s/step':>7}")
     for row in rows_out:
         print(f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
               f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} {row['step_seconds']:>7.2f}")
-    return {"measure": "ru_maxrss of a fresh process: after building model, batch and optimizer (setup), and "
+    return {"measure": "peak resident memory (VmHWM) of a fresh process: after building model, batch and optimizer (setup), and "
                        "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state)",
             "results": rows_out}
 
