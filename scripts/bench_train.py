@@ -33,6 +33,8 @@ Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTra
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import math
 import os
@@ -191,7 +193,7 @@ def bench_step(args: argparse.Namespace) -> dict:
             rows_out.append(row)
     print(f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, {args.threads} threads, "
           f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster")
-    print(f"matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
+    print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
     print(f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
           f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7}")
     for row in rows_out:
@@ -331,18 +333,32 @@ def bench_epoch(args: argparse.Namespace) -> dict:
 # --- part 3: memory with and without gradient checkpointing
 
 
-def peak_resident_kib() -> int:
-    """This process's peak resident memory (VmHWM). Not ru_maxrss: a child started by fork and exec
-    inherits its parent's ru_maxrss, which here was already larger than any training step."""
+def peak_resident_kib(field: str = "VmHWM") -> int:
+    """This process's peak (VmHWM) or current (VmRSS) resident memory. Not ru_maxrss: a child
+    started by fork and exec inherits its parent's ru_maxrss, which here was already larger than
+    any training step."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # not Linux: the best available
 
 
+def start_peak_measurement() -> int:
+    """Return freed memory to the system and restart the peak (Linux: clear_refs 5 resets VmHWM);
+    returns the resident memory it starts from, or -1 where the peak cannot be reset."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed blocks resident otherwise
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return -1
+    return peak_resident_kib("VmRSS")
+
+
 def memory_child(size: str, precision: str, checkpointing: bool, steps: int, length: int, target_tokens: int) -> None:
-    """Runs in its own process: prints one JSON line with the peak resident memory after setup and
-    after the steps."""
+    """Runs in its own process: prints one JSON line with the peak resident memory after setup, after
+    the first step (which also creates the gradients and AdamW's moments), and the peak of the
+    later, steady-state steps above the memory they start from (activations and transients)."""
     model = build_ours(SIZES[size])
     model.gradient_checkpointing = checkpointing
     rows = max(1, target_tokens // length)
@@ -350,12 +366,17 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     setup_kib = peak_resident_kib()
     seconds = []
-    for _ in range(steps):
+    for step in range(steps):
+        if step == 1:
+            peak_kib = peak_resident_kib()
+            steady_from_kib = start_peak_measurement()
         started = time.perf_counter()
         one_step(model, ours_logits, optimizer, batch, Precision(precision, ""))
         seconds.append(time.perf_counter() - started)
-    peak_kib = peak_resident_kib()
-    print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": peak_kib / 1024,
+    steady_peak_kib = peak_resident_kib()
+    steady_mib = (steady_peak_kib - steady_from_kib) / 1024 if steps > 1 and steady_from_kib >= 0 else None
+    print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": max(peak_kib, steady_peak_kib) / 1024,
+                      "steady_step_mib": steady_mib,
                       "first_step_seconds": seconds[0],
                       "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]}))
 
@@ -378,12 +399,16 @@ def bench_memory(args: argparse.Namespace) -> dict:
     print(f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
           f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
           f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)")
-    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'s/step':>7}")
+    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} {'s/step':>7}")
     for row in rows_out:
+        steady = row["steady_step_mib"]
         print(f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
-              f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} {row['step_seconds']:>7.2f}")
+              f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} "
+              f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['step_seconds']:>7.2f}")
     return {"measure": "peak resident memory (VmHWM) of a fresh process: after building model, batch and optimizer (setup), and "
-                       "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state)",
+                       "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state); "
+                       "steady_step_mib = the peak of the steps after the first above the resident memory "
+                       "they start from, after freed memory is returned (activations and transients)",
             "results": rows_out}
 
 
