@@ -19,8 +19,6 @@ import argparse
 import gc
 import itertools
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -335,15 +334,6 @@ def number(result: dict, key: str, spec: str = ",.0f") -> str:
 
 def times(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "n/a"
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
 
 
 def write_json(path: str, args: argparse.Namespace, rows: list[dict], sizes: dict) -> None:

@@ -38,7 +38,6 @@ import gc
 import json
 import math
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 import transformers
 from transformers import MarianConfig, MarianMTModel
 
@@ -413,15 +413,6 @@ def bench_memory(args: argparse.Namespace) -> dict:
 
 
 # --- report
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
 
 
 def main() -> None:
