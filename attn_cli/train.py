@@ -30,7 +30,8 @@ from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
 from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.tokenizer import Tokenizers
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep, label_smoothed_loss
+from attn_cli.loss import label_smoothed_loss
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep
 from attn_cli.translate import translate_sentences
 
 
@@ -162,10 +163,10 @@ class Trainer:
         self.precision = resolve_precision(cfg.train.precision, self.device)
         self.scaler = self.precision.grad_scaler(self.device)
         # The DDP and compiled wrappers share the parameters; the plain module stays the one saved and decoded with.
-        replica = ranks.replicate(self.model)
-        forward = torch.compile(replica) if cfg.train.compile else replica
-        self.update = TrainingStep(self.model, forward, self.optimizer, self.scheduler, self.scaler, self.precision,
-                                   self.device, cfg.train.clip_norm, cfg.train.label_smoothing, ranks, replica)
+        replica = ranks.replicate(TrainingObjective(self.model, cfg.train.label_smoothing))
+        objective = torch.compile(replica) if cfg.train.compile else replica
+        self.update = TrainingStep(self.model, objective, self.optimizer, self.scheduler, self.scaler, self.precision,
+                                   self.device, cfg.train.clip_norm, ranks, replica)
         self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
         stopping = cfg.train.early_stopping
         self.early_stopping = EarlyStopping(stopping.metric, stopping.patience) if stopping else None

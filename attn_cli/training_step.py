@@ -8,23 +8,36 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 from attn_cli.data import Batch
 from attn_cli.distributed import SINGLE_PROCESS, Ranks
+from attn_cli.loss import projected_label_smoothed_loss
+from attn_cli.model import Transformer
 from attn_cli.precision import Precision
-from attn_cli.tokenizer import PAD_ID
 
 
 class TrainingDiverged(RuntimeError):
     """Too many non-finite losses in a row; the message says what to change."""
 
 
-def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
-    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
-    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
-    return loss, int((labels != PAD_ID).sum())
+class TrainingObjective(nn.Module):
+    """The training forward: a batch's summed label-smoothed loss over its target tokens.
+
+    A module of its own so that DistributedDataParallel and torch.compile wrap the loss together
+    with the model: the loss projects the decoder's hidden states itself and never builds the
+    logits (see `attn_cli.loss`). Its parameters are the model's.
+    """
+
+    def __init__(self, model: Transformer, label_smoothing: float):
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.decode_hidden(tgt_in, self.model.encode(src))
+        loss_sum, _ = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out, self.label_smoothing)
+        return loss_sum
 
 
 @dataclass
@@ -37,17 +50,18 @@ class StepResult:
 class TrainingStep:
     """Turns batches into one update of the parameters.
 
-    `forward` is the model's forward (or its torch.compile wrapper); `model` owns the parameters.
-    With several processes, `replica` is the DistributedDataParallel module `forward` runs through,
-    and each process passes its own share of the update's batches.
+    `objective` maps (src, tgt_in, tgt_out) to the summed loss: a `TrainingObjective`, or its
+    DistributedDataParallel or torch.compile wrapper; `model` owns the parameters. With several
+    processes, `replica` is the DistributedDataParallel module `objective` runs through, and each
+    process passes its own share of the update's batches.
     """
 
-    def __init__(self, model: torch.nn.Module, forward: Callable, optimizer: torch.optim.Optimizer,
+    def __init__(self, model: torch.nn.Module, objective: Callable, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
-                 precision: Precision, device: torch.device, clip_norm: float, label_smoothing: float,
+                 precision: Precision, device: torch.device, clip_norm: float,
                  ranks: Ranks = SINGLE_PROCESS, replica: torch.nn.Module | None = None):
         self.model = model
-        self.forward = forward
+        self.objective = objective
         self.ranks = ranks
         self.replica = replica if replica is not None else model
         self.optimizer = optimizer
@@ -56,7 +70,6 @@ class TrainingStep:
         self.precision = precision
         self.device = device
         self.clip_norm = clip_norm
-        self.label_smoothing = label_smoothing
 
     def __call__(self, batches: list[Batch]) -> StepResult:
         """One update from the summed gradients of `batches`.
@@ -73,8 +86,7 @@ class TrainingStep:
         for index, batch in enumerate(batches):
             with self.ranks.gradient_sync(self.replica, sync=index == len(batches) - 1):
                 with self.precision.autocast(self.device):
-                    logits = self.forward(batch.src, batch.tgt_in)
-                loss_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.label_smoothing)
+                    loss_sum = self.objective(batch.src, batch.tgt_in, batch.tgt_out)
                 self.scaler.scale(loss_sum * self.ranks.world_size / tokens).backward()
             loss_total += loss_sum.item()
         # Every process sees the same total, so all of them skip a non-finite update together.

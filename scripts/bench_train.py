@@ -61,7 +61,8 @@ from attn_cli.precision import Precision  # noqa: E402
 from attn_cli.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attn_cli.train import encode_examples, inverse_sqrt_schedule  # noqa: E402
-from attn_cli.training_step import TrainingStep, label_smoothed_loss  # noqa: E402
+from attn_cli.loss import label_smoothed_loss  # noqa: E402
+from attn_cli.training_step import TrainingObjective, TrainingStep  # noqa: E402
 
 VOCAB = 8000
 SIZES = {
@@ -100,13 +101,16 @@ def build_marian(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> Ma
     return MarianMTModel(config).train()
 
 
-def marian_logits(model: MarianMTModel, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-    return model(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in,
-                 decoder_attention_mask=tgt_in != PAD_ID).logits
+def marian_loss(model: MarianMTModel, batch) -> torch.Tensor:
+    """Transformers' logits, then our label-smoothed loss in fp32 (F.cross_entropy over the logits)."""
+    logits = model(input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
+                   decoder_attention_mask=batch.tgt_in != PAD_ID).logits
+    return label_smoothed_loss(logits, batch.tgt_out, LABEL_SMOOTHING)[0]
 
 
-def ours_logits(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-    return model(src, tgt_in)
+def ours_loss(model: Transformer, batch) -> torch.Tensor:
+    """Our training forward as `attn train` runs it: the loss projects the hidden states itself."""
+    return TrainingObjective(model, LABEL_SMOOTHING)(batch.src, batch.tgt_in, batch.tgt_out)
 
 
 # --- part 1: one training step
@@ -131,26 +135,25 @@ def step_flops(size: str, rows: int, source: int, target: int) -> float:
     return 6.0 * (linear + attention)
 
 
-def one_step(model: torch.nn.Module, logits_of, optimizer: torch.optim.Optimizer, batch, precision: Precision) -> None:
-    """The step both systems take: forward under autocast, our label-smoothed loss in fp32 per
-    target token, backward, gradient clipping, AdamW."""
+def one_step(model: torch.nn.Module, loss_of, optimizer: torch.optim.Optimizer, batch, precision: Precision) -> None:
+    """The step both systems take: forward under autocast, the label-smoothed loss (softmax in
+    fp32) per target token, backward, gradient clipping, AdamW."""
     with precision.autocast(torch.device("cpu")):
-        logits = logits_of(model, batch.src, batch.tgt_in)
-    loss_sum, tokens = label_smoothed_loss(logits, batch.tgt_out, LABEL_SMOOTHING)
-    (loss_sum / tokens).backward()
+        loss_sum = loss_of(model, batch)
+    (loss_sum / batch.num_target_tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps(model, logits_of, batches, precision: Precision, warmup: int, steps: int) -> list[float]:
+def time_steps(model, loss_of, batches, precision: Precision, warmup: int, steps: int) -> list[float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for index in range(warmup):
-        one_step(model, logits_of, optimizer, batches[index % len(batches)], precision)
+        one_step(model, loss_of, optimizer, batches[index % len(batches)], precision)
     seconds = []
     for index in range(steps):
         started = time.perf_counter()
-        one_step(model, logits_of, optimizer, batches[index % len(batches)], precision)
+        one_step(model, loss_of, optimizer, batches[index % len(batches)], precision)
         seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -179,9 +182,9 @@ def bench_step(args: argparse.Namespace) -> dict:
         for precision in args.precisions:
             row = {"size": size, "precision": precision, "rows": rows, "length": args.length,
                    "target_tokens_per_step": rows * args.length, "step_flops": flops}
-            for name, build, logits_of in (("ours", build_ours, ours_logits), ("hf", build_marian, marian_logits)):
+            for name, build, loss_of in (("ours", build_ours, ours_loss), ("hf", build_marian, marian_loss)):
                 model = build(SIZES[size])
-                seconds = statistics.median(time_steps(model, logits_of, batches, Precision(precision, ""),
+                seconds = statistics.median(time_steps(model, loss_of, batches, Precision(precision, ""),
                                                        args.warmup, args.steps))
                 row[name] = {"seconds_per_step": seconds, "target_tokens_per_second": rows * args.length / seconds,
                              "flops_per_second": flops / seconds, "mfu": flops / seconds / peaks[precision],
@@ -234,8 +237,8 @@ def ours_epoch(cfg, examples: list[Example], vocab: int, fraction: float) -> dic
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
     precision = Precision("bf16", "")
     cpu = torch.device("cpu")
-    update = TrainingStep(model, model, optimizer, scheduler, precision.grad_scaler(cpu), precision, cpu,
-                          cfg.train.clip_norm, cfg.train.label_smoothing)
+    update = TrainingStep(model, TrainingObjective(model, cfg.train.label_smoothing), optimizer, scheduler,
+                          precision.grad_scaler(cpu), precision, cpu, cfg.train.clip_norm)
     batches = token_batches(examples, cfg.train.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=1)
     batches = batches[: max(1, math.ceil(fraction * len(batches)))]
     tokens = 0
@@ -371,7 +374,7 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
             peak_kib = peak_resident_kib()
             steady_from_kib = start_peak_measurement()
         started = time.perf_counter()
-        one_step(model, ours_logits, optimizer, batch, Precision(precision, ""))
+        one_step(model, ours_loss, optimizer, batch, Precision(precision, ""))
         seconds.append(time.perf_counter() - started)
     steady_peak_kib = peak_resident_kib()
     steady_mib = (steady_peak_kib - steady_from_kib) / 1024 if steps > 1 and steady_from_kib >= 0 else None

@@ -32,7 +32,7 @@ from attn_cli.data import Example, collate, token_batches
 from attn_cli.model import Transformer
 from attn_cli.precision import Precision
 from attn_cli.train import inverse_sqrt_schedule
-from attn_cli.training_step import TrainingStep
+from attn_cli.training_step import TrainingObjective, TrainingStep
 
 STEPS, WARMUP, MAX_TOKENS = int(os.environ["STEPS"]), int(os.environ["WARMUP"]), int(os.environ["MAX_TOKENS"])
 if STEPS <= WARMUP:
@@ -83,8 +83,8 @@ def run(precision_name: str, checkpointing: bool, batches: list) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=7e-4, betas=(0.9, 0.98))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(100))
     precision = Precision(precision_name, "")
-    update = TrainingStep(model, model, optimizer, scheduler, precision.grad_scaler(DEVICE), precision, DEVICE,
-                          clip_norm=1.0, label_smoothing=0.1)
+    update = TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, precision.grad_scaler(DEVICE),
+                          precision, DEVICE, clip_norm=1.0)
     torch.cuda.reset_peak_memory_stats()
     losses, skipped, tokens, started = [], 0, 0, None
     for step in range(STEPS):

@@ -308,8 +308,8 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
 def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
     from attn_cli import training_step
 
-    real_loss = training_step.label_smoothed_loss
-    monkeypatch.setattr(training_step, "label_smoothed_loss",
+    real_loss = training_step.projected_label_smoothed_loss
+    monkeypatch.setattr(training_step, "projected_label_smoothed_loss",
                         lambda *args: (real_loss(*args)[0] * float("inf"), real_loss(*args)[1]))
     monkeypatch.chdir(REPO)
     result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}",

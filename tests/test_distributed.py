@@ -20,7 +20,7 @@ from attn_cli.precision import resolve_precision
 from attn_cli.progress import TrainingDisplay
 from attn_cli.signals import TrainingInterrupted
 from attn_cli.train import Trainer
-from attn_cli.training_step import TrainingStep
+from attn_cli.training_step import TrainingObjective, TrainingStep
 
 from conftest import CORPUS, REPO, small_model
 
@@ -65,9 +65,9 @@ def sgd_step(ranks, batches_of_positions):
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     precision = resolve_precision("fp32", CPU)
-    replica = ranks.replicate(model)
+    replica = ranks.replicate(TrainingObjective(model, 0.1))
     update = TrainingStep(model, replica, optimizer, scheduler, precision.grad_scaler(CPU), precision, CPU,
-                          clip_norm=0.0, label_smoothing=0.1, ranks=ranks, replica=replica)
+                          clip_norm=0.0, ranks=ranks, replica=replica)
     examples = step_examples()
     result = update([collate([examples[p] for p in ranks.share(positions)]) for positions in batches_of_positions])
     return parameters_of(model), result.loss

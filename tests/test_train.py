@@ -9,7 +9,7 @@ from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode
 from attn_cli.train import inverse_sqrt_schedule
-from attn_cli.training_step import label_smoothed_loss
+from attn_cli.loss import label_smoothed_loss
 from attn_cli.tokenizer import PAD_ID, train_tokenizers
 
 from conftest import small_model

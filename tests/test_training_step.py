@@ -7,7 +7,7 @@ import torch
 from attn_cli import training_step
 from attn_cli.data import Example, collate
 from attn_cli.precision import resolve_precision
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingStep
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep
 
 from conftest import small_model
 
@@ -18,8 +18,8 @@ def make_step(model, precision="fp32"):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     chosen = resolve_precision(precision, CPU)
-    return TrainingStep(model, model, optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU,
-                        clip_norm=1.0, label_smoothing=0.1)
+    return TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
+                        CPU, clip_norm=1.0)
 
 
 def random_examples(count, seed):
@@ -40,8 +40,8 @@ def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch
     model = small_model()
     step = make_step(model)
     before = parameters_of(model)
-    real_loss = training_step.label_smoothed_loss
-    monkeypatch.setattr(training_step, "label_smoothed_loss",
+    real_loss = training_step.projected_label_smoothed_loss
+    monkeypatch.setattr(training_step, "projected_label_smoothed_loss",
                         lambda *args: (real_loss(*args)[0] * float("nan"), real_loss(*args)[1]))
     result = step([collate(random_examples(6, seed=0))])
     assert not result.applied
@@ -49,7 +49,7 @@ def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch
     assert all(p.grad is None for p in model.parameters()), "the poisoned gradients must be dropped"
     assert step.optimizer.state_dict()["state"] == {} and step.scheduler.last_epoch == 0
 
-    monkeypatch.setattr(training_step, "label_smoothed_loss", real_loss)
+    monkeypatch.setattr(training_step, "projected_label_smoothed_loss", real_loss)
     assert step([collate(random_examples(6, seed=0))]).applied
     assert not torch.equal(before["tgt_embedding.weight"], model.state_dict()["tgt_embedding.weight"])
 
@@ -88,8 +88,8 @@ def test_accumulating_two_batches_gives_the_update_of_their_union():
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         chosen = resolve_precision("fp32", CPU)
-        step = TrainingStep(model, model, optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU,
-                            clip_norm=0.0, label_smoothing=0.1)
+        step = TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
+                            CPU, clip_norm=0.0)
         result = step(batches)
         updated.append((parameters_of(model), result))
     (accumulated, accumulated_result), (union, union_result) = updated

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_cli.model.cache import LayerCache
+from attn_cli.model.linear import Linear
 
 
 def key_padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -48,11 +49,11 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.cross = cross
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+            self.q_proj = Linear(d_model, d_model)
+            self.kv_proj = Linear(d_model, 2 * d_model)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+            self.qkv_proj = Linear(d_model, 3 * d_model)
+        self.out_proj = Linear(d_model, d_model)
 
     def _split(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
@@ -82,13 +83,13 @@ class MultiHeadAttention(nn.Module):
         if (memory is not None) != self.cross:
             raise ValueError("cross-attention needs `memory` and self-attention takes none")
         if self.cross:
-            (q,) = self._split(F.linear(query, self.q_proj.weight, self.q_proj.bias), 1)
+            (q,) = self._split(self.q_proj.project(query), 1)
             if cache is not None:
                 k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
             else:
                 k, v = self.keys_values(memory)
         else:
-            q, k, v = self._split(F.linear(query, self.qkv_proj.weight, self.qkv_proj.bias), 3)
+            q, k, v = self._split(self.qkv_proj.project(query), 3)
             if cache is not None:
                 k, v = cache.append_self(k, v)
 
@@ -112,7 +113,7 @@ class MultiHeadAttention(nn.Module):
         # (B, heads, T, d_head) -> (B, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         # Direct calls rather than module calls: a decoding step is short enough for dispatch to show.
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias), weights
+        return self.out_proj.project(out), weights
 
     def _unfold_copies(self, x: Optional[torch.Tensor], copies: int) -> Optional[torch.Tensor]:
         """(B, heads, g*T, X) -> (B*g, heads, T, X): undo the folding of hypotheses into queries."""

@@ -1,0 +1,98 @@
+"""The training loss: label-smoothed cross-entropy over the target vocabulary.
+
+Two ways to the same number. `label_smoothed_loss` takes logits, as validation and the tests use
+it. Training uses `projected_label_smoothed_loss`, which takes the decoder's final hidden states
+and the output matrix and never builds the (tokens, vocabulary) logits: it runs over chunks of
+rows, and for each chunk computes the logits, the loss, and at once the gradient of the loss with
+respect to the logits (softmax minus the smoothed target), which it turns straight into the
+gradients of the hidden states and of the output matrix. The same matrix products as the plain
+way, but the elementwise work happens on a chunk that stays in cache, instead of a log-softmax,
+a gather and a sum over 131 MB of logits and their gradients at 4,096 tokens x 8,000 (0.41 s
+against 0.25 s for forward and backward on 2 cores); and the logits are never held for backward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attn_cli.tokenizer import PAD_ID
+
+# Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, a core's L2 cache here. 128 to
+# 512 rows ran within 5% of each other at vocabulary 8,000; the whole batch at once ran 25% slower.
+CHUNK_ELEMENTS = 1 << 20
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
+    """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
+    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss, int((labels != PAD_ID).sum())
+
+
+def projected_label_smoothed_loss(hidden: torch.Tensor, output_weight: torch.Tensor, labels: torch.Tensor,
+                                  smoothing: float) -> tuple[torch.Tensor, int]:
+    """`label_smoothed_loss(hidden @ output_weight.T, labels, smoothing)` without the logits.
+
+    hidden (B, T, D) decoder output, output_weight (V, D), labels (B, T). Under autocast the
+    matrix products run in the autocast dtype, as they would for the logits, and the softmax in fp32.
+    """
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    loss = _ProjectedLabelSmoothedLoss.apply(hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype)
+    return loss, int((labels != PAD_ID).sum())
+
+
+class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
+    """Forward computes the loss and, when gradients are wanted, the gradients themselves; backward
+    only scales them by the incoming gradient (a scalar: the loss is a sum)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, smoothing, dtype):
+        # hidden (N, D), weight (V, D), labels (N,). Casts are explicit, so autocast stays out of it.
+        with torch.autocast(hidden.device.type, enabled=False):
+            wants_gradients = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+            total, grad_hidden, grad_weight = _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_total, grad_weight * grad_total, None, None, None
+
+
+def _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients):
+    rows, vocabulary = hidden.shape[0], weight.shape[0]
+    chunk = max(1, CHUNK_ELEMENTS // vocabulary)
+    matrix = weight.to(dtype)
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if wants_gradients else None
+    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if wants_gradients else None
+    for start in range(0, rows, chunk):
+        inputs = hidden[start : start + chunk].to(dtype)
+        targets = labels[start : start + chunk]
+        logits = (inputs @ matrix.t()).float()  # (chunk, V)
+        real = targets != PAD_ID
+        # loss = (1 - eps) * (lse - z_y) + eps * (lse - mean z): cross-entropy against the target
+        # mixed with the uniform distribution, as F.cross_entropy's label_smoothing defines it.
+        target_logits = logits.gather(1, targets[:, None]).squeeze(1)
+        mean_logits = logits.mean(dim=1)
+        peak = logits.amax(dim=1, keepdim=True)
+        probabilities = logits.sub_(peak).exp_()  # in place: the logits are not needed again
+        normaliser = probabilities.sum(dim=1)
+        log_normaliser = normaliser.log() + peak.squeeze(1)
+        losses = log_normaliser - (1 - smoothing) * target_logits - smoothing * mean_logits
+        total += torch.where(real, losses, 0.0).sum()
+        if not wants_gradients:
+            continue
+        # d loss / d logits = softmax - (1 - eps) * onehot(y) - eps / V, and 0 on padding rows.
+        gradient = probabilities.mul_((real / normaliser)[:, None]).sub_((real * (smoothing / vocabulary))[:, None])
+        gradient.scatter_add_(1, targets[:, None], (real * -(1 - smoothing)).to(gradient.dtype)[:, None])
+        gradient = gradient.to(dtype)
+        grad_hidden[start : start + chunk] = gradient @ matrix
+        if dtype == torch.float32:
+            grad_weight.addmm_(gradient.t(), inputs)
+        else:
+            grad_weight += (gradient.t() @ inputs).float()
+    return total, grad_hidden, grad_weight
