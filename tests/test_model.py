@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from attn_cli.data import Example, collate
+from attn_cli.model import inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
+from attn_cli.model.linear import Linear
 from attn_cli.tokenizer import BOS_ID, PAD_ID
 
 from conftest import random_source, small_model
@@ -125,6 +127,29 @@ def test_the_output_matrix_follows_weight_updates_in_evaluation():
     model.train()
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, model(src, tgt), atol=1e-5, rtol=1e-5)  # training uses the live view
+
+def test_inference_weights_give_the_plain_logits_and_follow_weight_updates():
+    model = small_model().eval()
+    src, tgt = random_source(3, 5), torch.randint(4, 50, (3, 4))
+    linears = [module for module in model.modules() if isinstance(module, Linear)]
+    assert len(linears) == 5 * 2 + 6 * 2  # every projection of the two layers of each stack
+    with torch.no_grad():
+        plain = model(src, tgt)
+        with inference_weights(model):
+            assert all(linear._active is not None for linear in linears)
+            torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=1e-5)
+        assert all(linear._active is None for linear in linears), "outside, the layers use their weights"
+        for linear in linears:
+            linear.weight.mul_(1.5)  # in place, as an optimizer or load_state_dict updates
+        updated = model(src, tgt)
+        with inference_weights(model):
+            torch.testing.assert_close(model(src, tgt), updated, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(plain, updated)
+    with inference_weights(model):  # gradients on: the copies would carry none, so it does nothing
+        assert all(linear._active is None for linear in linears)
+        model(src, tgt).sum().backward()
+    assert all(linear.weight.grad is not None for linear in linears)
+
 
 def _gradients_and_layer_calls(checkpointing: bool):
     """Gradients of one training forward/backward with dropout on, and how often layers ran."""

@@ -3,13 +3,18 @@
 `nn.Linear` keeps its weight as (out, in) and multiplies x @ weight^T. On the CPU that transposed
 operand is markedly slower for the few rows of a decoding step than a contiguous (in, out) matrix:
 at 32 rows, a 2048 -> 512 product took 585 us against 332 us, a 512 -> 2048 one 497 against 386
-(2 threads, `torch.addmm`; the two are even from about 160 rows, a training batch). So at inference,
-without gradients, `Linear` multiplies by a contiguous (in, out) copy, made once and made again
-whenever the weight changes. Training and anything that needs gradients uses the weight itself;
-parameters and checkpoints are those of `nn.Linear`.
+(2 threads, `torch.addmm`; the two are even from about 160 rows, a training batch). So inside
+`inference_weights(model)`, which the searches enter, each `Linear` multiplies by a contiguous
+(in, out) copy of its weight, checked against the weight once on entry and made again only when
+the weight has changed. Everywhere else, training included, it is an `nn.Linear`; parameters and
+checkpoints are those of `nn.Linear`.
 """
 
 from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,25 +22,64 @@ from torch import nn
 
 
 class Linear(nn.Linear):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__(in_features, out_features, bias)
+        self._transposed: Optional[torch.Tensor] = None  # the (in, out) copy, kept between searches
+        self._transposed_of: tuple = ()  # the weight's storage, version and dtype it was copied from
+        self._active: Optional[torch.Tensor] = None  # a view of the copy, while inside `inference_weights`
+        self._active_bias: Optional[torch.Tensor] = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.project(x)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward pass, callable without module dispatch (a decoding step makes ~30 of these)."""
-        if self.training or torch.is_grad_enabled():
+        """The forward pass, callable without module dispatch: a decoding step makes ~30 of these,
+        and at one row per step their Python overhead shows, so this path checks nothing."""
+        if self._active is None:
             return F.linear(x, self.weight, self.bias)
-        rows = x.reshape(-1, x.shape[-1])  # (..., in) -> (N, in)
-        out = torch.addmm(self.bias, rows, self._inference_weight()) if self.bias is not None \
-            else rows @ self._inference_weight()
-        return out.view(*x.shape[:-1], out.shape[-1])
+        # A (out, in) view of the contiguous (in, out) copy: F.linear multiplies by its transpose,
+        # which is the contiguous matrix itself.
+        return F.linear(x, self._active, self._active_bias)
 
-    def _inference_weight(self) -> torch.Tensor:
-        """The weight as a contiguous (in, out) matrix; rebuilt when the parameter is updated in
-        place (its version moves), replaced, moved or cast."""
+    def _activate(self) -> None:
         weight = self.weight
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        if getattr(self, "_inference_key", None) != key:
+        source = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        if self._transposed_of != source:
             with torch.no_grad():
-                self._inference_copy = weight.t().contiguous()
-            self._inference_key = key
-        return self._inference_copy
+                self._transposed = weight.t().contiguous()
+            self._transposed_of = source
+        self._active, self._active_bias = self._transposed.t(), self.bias
+
+    def _deactivate(self) -> None:
+        self._active = self._active_bias = None
+
+
+@contextmanager
+def inference_weights(model: nn.Module) -> Iterator[None]:
+    """Within, the model's `Linear`s multiply by (in, out) copies of their weights, taken on entry.
+
+    For decoding: it acts only with gradients off and the model in eval mode (the copies carry no
+    gradient), and the weights must not change inside, which a search never does.
+    """
+    if model.training or torch.is_grad_enabled():
+        yield
+        return
+    linears = [module for module in model.modules() if isinstance(module, Linear)]
+    for linear in linears:
+        linear._activate()
+    try:
+        yield
+    finally:
+        for linear in linears:
+            linear._deactivate()
+
+
+def with_inference_weights(search: Callable) -> Callable:
+    """Decorates a search whose first argument is the model: it runs inside `inference_weights`."""
+
+    @functools.wraps(search)
+    def wrapped(model: nn.Module, *args, **kwargs):
+        with inference_weights(model):
+            return search(model, *args, **kwargs)
+
+    return wrapped
