@@ -211,23 +211,37 @@ def check_outputs(outputs: Outputs, batch: int, new_tokens: int, eos: int | str)
 
 def measure(system: System | str, src: torch.Tensor, beam_size: int, new_tokens: int, repeats: int) -> dict:
     """One verified warm-up, then `repeats` timed runs, each output verified after its timing."""
-    if isinstance(system, str):
-        return {"error": system}
-    inputs = system.prepare(src)
-    batch = src.shape[0]
-    try:
-        check_outputs(system.decode(inputs, beam_size), batch, new_tokens, system.eos)
-    except Unavailable as reason:
-        return {"error": str(reason)}
-    seconds = []
+    return measure_alternating({"system": system}, src, beam_size, new_tokens, repeats)["system"]
+
+
+def measure_alternating(systems: dict[str, System | str], src: torch.Tensor, beam_size: int, new_tokens: int,
+                        repeats: int) -> dict[str, dict]:
+    """Each system's verified warm-up, then `repeats` rounds that time every system once in turn,
+    so that a slow spell of the shared machine falls on all of them rather than on one."""
+    results: dict[str, dict] = {}
+    inputs, seconds = {}, {}
+    for name, system in systems.items():
+        if isinstance(system, str):
+            results[name] = {"error": system}
+            continue
+        inputs[name] = system.prepare(src)
+        try:
+            check_outputs(system.decode(inputs[name], beam_size), src.shape[0], new_tokens, system.eos)
+        except Unavailable as reason:
+            results[name] = {"error": str(reason)}
+            continue
+        seconds[name] = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        outputs = system.decode(inputs, beam_size)
-        seconds.append(time.perf_counter() - start)
-        check_outputs(outputs, batch, new_tokens, system.eos)
-    median = statistics.median(seconds)
-    return {"median_s": median, "tokens_per_s": batch * new_tokens / median,
-            "ms_per_sentence": 1000 * median / batch, "seconds": seconds}
+        for name in seconds:
+            start = time.perf_counter()
+            outputs = systems[name].decode(inputs[name], beam_size)
+            seconds[name].append(time.perf_counter() - start)
+            check_outputs(outputs, src.shape[0], new_tokens, systems[name].eos)
+    for name, timings in seconds.items():
+        median = statistics.median(timings)
+        results[name] = {"median_s": median, "tokens_per_s": src.shape[0] * new_tokens / median,
+                         "ms_per_sentence": 1000 * median / src.shape[0], "seconds": timings}
+    return results
 
 
 def ratio(results: dict, numerator: str, denominator: str) -> float | None:
@@ -250,7 +264,8 @@ def ct2_agreement(hf: HuggingFace, ct2: System | str, src: torch.Tensor) -> floa
 def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     """All cases of one size, and facts about its models.
 
-    Ours and Transformers share torch's thread pool and are timed case by case, alternating.
+    Ours and Transformers share torch's thread pool and are timed case by case, alternating run
+    by run within a case (`measure_alternating`).
     CTranslate2's worker threads keep spinning after each call while their translator lives, which
     slows whatever runs next severalfold (measured here: our batch-1 greedy decoding from 630 to
     240 tokens/s), so each CTranslate2 model is built just before its cases and released after.
@@ -265,8 +280,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.cache_ablation:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
     for (mode, batch, src), case_results in zip(cases, results):
-        for name, system in torch_systems.items():
-            case_results[name] = measure(system, src, BEAM_SIZES[mode], args.new_tokens, args.repeats)
+        case_results.update(measure_alternating(torch_systems, src, BEAM_SIZES[mode], args.new_tokens, args.repeats))
+        for name in torch_systems:
             report(size, mode, batch, name, case_results[name])
     info = {**SIZES[size], "ct2_compute_types": {}, "ct2_float32_greedy_agreement_with_hf": None}
     with tempfile.TemporaryDirectory(prefix="bench_decode_") as workdir:

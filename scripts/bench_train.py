@@ -4,7 +4,10 @@ Three parts, each selectable with --parts:
 
   step    Target tokens/s of one training step (forward, backward, clipping, AdamW) of ours and of a
           MarianMTModel of the same dimensions, on the same random batches, in fp32 and bf16
-          (torch.autocast on the CPU for both), medians after warm-up. Also model FLOP utilisation:
+          (torch.autocast on the CPU for both), medians after warm-up. Both minimise the same
+          label-smoothed loss: Transformers through its logits and F.cross_entropy, ours as
+          `attn train` does, through TrainingObjective, whose loss projects the hidden states
+          chunk by chunk without building the logits. Also model FLOP utilisation:
           the step's FLOPs (formula below) per second, as a share of a 2048x2048 matmul's FLOP/s in the
           same precision, measured in the same run.
   epoch   One epoch of the Tatoeba corpus with the data and tokenizer settings of configs/en-zh.yaml:
