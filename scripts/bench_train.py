@@ -4,7 +4,8 @@ Three parts, each selectable with --parts:
 
   step    Target tokens/s of one training step (forward, backward, clipping, AdamW) of ours and of a
           MarianMTModel of the same dimensions, on the same random batches, in fp32 and bf16
-          (torch.autocast on the CPU for both), medians after warm-up. Both minimise the same
+          (torch.autocast on the CPU for both), medians after warm-up, the two taking steps in
+          turn. Both minimise the same
           label-smoothed loss: Transformers through its logits and F.cross_entropy, ours as
           `attn train` does, through TrainingObjective, whose loss projects the hidden states
           chunk by chunk without building the logits. Also model FLOP utilisation:
@@ -149,15 +150,20 @@ def one_step(model: torch.nn.Module, loss_of, optimizer: torch.optim.Optimizer, 
     optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps(model, loss_of, batches, precision: Precision, warmup: int, steps: int) -> list[float]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def time_steps_alternating(systems: dict, batches, precision: Precision, warmup: int, steps: int) -> dict:
+    """Seconds per step of each system: `warmup` untimed steps each, then `steps` rounds in which
+    every system takes one timed step in turn, so that a slow spell of the shared machine falls on
+    all of them rather than on one. `systems` maps a name to (model, loss_of)."""
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, (model, _) in systems.items()}
     for index in range(warmup):
-        one_step(model, loss_of, optimizer, batches[index % len(batches)], precision)
-    seconds = []
+        for name, (model, loss_of) in systems.items():
+            one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
+    seconds: dict[str, list[float]] = {name: [] for name in systems}
     for index in range(steps):
-        started = time.perf_counter()
-        one_step(model, loss_of, optimizer, batches[index % len(batches)], precision)
-        seconds.append(time.perf_counter() - started)
+        for name, (model, loss_of) in systems.items():
+            started = time.perf_counter()
+            one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
+            seconds[name].append(time.perf_counter() - started)
     return seconds
 
 
@@ -185,19 +191,19 @@ def bench_step(args: argparse.Namespace) -> dict:
         for precision in args.precisions:
             row = {"size": size, "precision": precision, "rows": rows, "length": args.length,
                    "target_tokens_per_step": rows * args.length, "step_flops": flops}
-            for name, build, loss_of in (("ours", build_ours, ours_loss), ("hf", build_marian, marian_loss)):
-                model = build(SIZES[size])
-                seconds = statistics.median(time_steps(model, loss_of, batches, Precision(precision, ""),
-                                                       args.warmup, args.steps))
+            systems = {"ours": (build_ours(SIZES[size]), ours_loss), "hf": (build_marian(SIZES[size]), marian_loss)}
+            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps)
+            for name, (model, _) in systems.items():
+                seconds = statistics.median(timings[name])
                 row[name] = {"seconds_per_step": seconds, "target_tokens_per_second": rows * args.length / seconds,
                              "flops_per_second": flops / seconds, "mfu": flops / seconds / peaks[precision],
                              "parameters": sum(p.numel() for p in model.parameters())}
                 print(f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
                       flush=True)
-                del model
+            del systems
             row["ours_over_hf"] = row["ours"]["target_tokens_per_second"] / row["hf"]["target_tokens_per_second"]
             rows_out.append(row)
-    print(f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, {args.threads} threads, "
+    print(f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, ours and HF alternating step by step, {args.threads} threads, "
           f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster")
     print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
     print(f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
