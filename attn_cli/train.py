@@ -21,6 +21,7 @@ from attn_cli.distributed import SINGLE_PROCESS, Ranks, process_group
 from attn_cli.early_stopping import EarlyStopping
 from attn_cli.metrics_log import MetricsLog
 from attn_cli.evaluate import score_translations
+from attn_cli.loss import label_smoothed_loss
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 from attn_cli.precision import resolve_precision
@@ -30,7 +31,6 @@ from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
 from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.tokenizer import Tokenizers
-from attn_cli.loss import label_smoothed_loss
 from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep
 from attn_cli.translate import translate_sentences
 
