@@ -21,6 +21,9 @@ from attn_cli.tokenizer import PAD_ID
 # Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, a core's L2 cache here. 128 to
 # 512 rows ran within 5% of each other at vocabulary 8,000; the whole batch at once ran 25% slower.
 CHUNK_ELEMENTS = 1 << 20
+# On a GPU each chunk costs a dozen kernel launches, so chunks are 16x larger there (64 MB of fp32
+# logits; not measured: this project's development machine has no GPU).
+GPU_CHUNK_ELEMENTS = 1 << 24
 
 
 def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
@@ -31,16 +34,22 @@ def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: f
 
 
 def projected_label_smoothed_loss(hidden: torch.Tensor, output_weight: torch.Tensor, labels: torch.Tensor,
-                                  smoothing: float) -> tuple[torch.Tensor, int]:
-    """`label_smoothed_loss(hidden @ output_weight.T, labels, smoothing)` without the logits.
+                                  smoothing: float) -> torch.Tensor:
+    """`label_smoothed_loss(hidden @ output_weight.T, labels, smoothing)[0]` without the logits.
 
     hidden (B, T, D) decoder output, output_weight (V, D), labels (B, T). Under autocast the
     matrix products run in the autocast dtype, as they would for the logits, and the softmax in fp32.
+    It does not count the target tokens: the caller knows them, and on a GPU counting would wait
+    for the device.
     """
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-    loss = _ProjectedLabelSmoothedLoss.apply(hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype)
-    return loss, int((labels != PAD_ID).sum())
+    # Inside the Function, needs_input_grad says whether the inputs require gradients, not whether
+    # gradients are being recorded; under no_grad the gradients would be computed for nothing.
+    wants_gradients = torch.is_grad_enabled() and (hidden.requires_grad or output_weight.requires_grad)
+    chunk_elements = CHUNK_ELEMENTS if device == "cpu" else GPU_CHUNK_ELEMENTS
+    return _ProjectedLabelSmoothedLoss.apply(hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype,
+                                             wants_gradients, chunk_elements)
 
 
 class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
@@ -48,23 +57,22 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     only scales them by the incoming gradient (a scalar: the loss is a sum)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, smoothing, dtype):
+    def forward(ctx, hidden, weight, labels, smoothing, dtype, wants_gradients, chunk_elements):
         # hidden (N, D), weight (V, D), labels (N,). Casts are explicit, so autocast stays out of it.
         with torch.autocast(hidden.device.type, enabled=False):
-            wants_gradients = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-            total, grad_hidden, grad_weight = _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients)
+            total, grad_hidden, grad_weight = _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients,
+                                                       max(1, chunk_elements // weight.shape[0]))
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_total, grad_weight * grad_total, None, None, None
+        return grad_hidden * grad_total, grad_weight * grad_total, None, None, None, None, None
 
 
-def _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients):
+def _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients, chunk):
     rows, vocabulary = hidden.shape[0], weight.shape[0]
-    chunk = max(1, CHUNK_ELEMENTS // vocabulary)
     matrix = weight.to(dtype)
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if wants_gradients else None

@@ -36,8 +36,7 @@ class TrainingObjective(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
         hidden = self.model.decode_hidden(tgt_in, self.model.encode(src))
-        loss_sum, _ = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out, self.label_smoothing)
-        return loss_sum
+        return projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out, self.label_smoothing)
 
 
 @dataclass

@@ -1,10 +1,14 @@
 """Properties of the Transformer that a wrong implementation would break."""
 
+import contextlib
+import unittest.mock
+
 import pytest
 import torch
 
 from attn_cli.data import Example, collate
-from attn_cli.model import inference_weights
+from attn_cli.decode import greedy_decode
+from attn_cli.model import Transformer, inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.linear import Linear
 from attn_cli.tokenizer import BOS_ID, PAD_ID
@@ -128,6 +132,10 @@ def test_the_output_matrix_follows_weight_updates_in_evaluation():
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, model(src, tgt), atol=1e-5, rtol=1e-5)  # training uses the live view
 
+def _copy_holders(model):
+    return [module for module in model.modules() if isinstance(module, (Linear, Transformer))]
+
+
 def test_inference_weights_give_the_plain_logits_and_follow_weight_updates():
     model = small_model().eval()
     src, tgt = random_source(3, 5), torch.randint(4, 50, (3, 4))
@@ -136,11 +144,14 @@ def test_inference_weights_give_the_plain_logits_and_follow_weight_updates():
     with torch.no_grad():
         plain = model(src, tgt)
         with inference_weights(model):
-            assert all(linear._active is not None for linear in linears)
+            assert all(linear._active is not None for linear in linears) and model._active_output is not None
             torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=1e-5)
+            with inference_weights(model):  # a search within a search leaves the copies to the outer one
+                pass
+            assert all(linear._active is not None for linear in linears)
         assert all(linear._active is None for linear in linears), "outside, the layers use their weights"
-        for linear in linears:
-            linear.weight.mul_(1.5)  # in place, as an optimizer or load_state_dict updates
+        for holder in _copy_holders(model):
+            next(holder.parameters()).mul_(1.5)  # in place, as an optimizer or load_state_dict updates
         updated = model(src, tgt)
         with inference_weights(model):
             torch.testing.assert_close(model(src, tgt), updated, atol=1e-5, rtol=1e-5)
@@ -149,6 +160,35 @@ def test_inference_weights_give_the_plain_logits_and_follow_weight_updates():
         assert all(linear._active is None for linear in linears)
         model(src, tgt).sum().backward()
     assert all(linear.weight.grad is not None for linear in linears)
+
+
+@pytest.mark.parametrize("change", ["load_state_dict", "cast", "train"])
+def test_the_weight_copies_are_dropped_when_the_weights_may_change_unseen(change):
+    model, other = small_model(), small_model()  # two different random models
+    src = random_source(2, 6)
+    with torch.no_grad(), inference_weights(model):
+        pass
+    assert all(holder._transposed.copy is not None if isinstance(holder, Linear) else holder._output_copy.copy is not None
+               for holder in _copy_holders(model))
+    if change == "load_state_dict":
+        model.load_state_dict(other.state_dict())
+    elif change == "cast":
+        model.double().float()
+    else:
+        model.train()
+        with torch.no_grad():  # an edit the version counter misses, made while training
+            for holder in _copy_holders(model):
+                next(holder.parameters()).data.mul_(0.5)
+        model.eval()
+    assert all(holder._transposed.copy is None if isinstance(holder, Linear) else holder._output_copy.copy is None
+               for holder in _copy_holders(model))
+    with torch.no_grad():
+        plain = model(src, torch.randint(4, 50, (2, 3)))
+    # The searches run inside inference_weights; without it they must decode the same tokens.
+    with_copies = greedy_decode(model, src, exact_steps=6)
+    with unittest.mock.patch("attn_cli.model.linear.inference_weights", lambda model: contextlib.nullcontext()):
+        without = greedy_decode(model, src, exact_steps=6)
+    assert with_copies == without and plain.isfinite().all()
 
 
 def _gradients_and_layer_calls(checkpointing: bool):
