@@ -22,10 +22,6 @@ class StopRequest:
     def __init__(self) -> None:
         self.signal_name: Optional[str] = None  # e.g. "SIGTERM" once one arrived
 
-    def raise_if_requested(self) -> None:
-        if self.signal_name is not None:
-            raise TrainingInterrupted(self.signal_name)
-
 
 @contextlib.contextmanager
 def stop_requests(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),

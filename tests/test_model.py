@@ -136,6 +136,11 @@ def _copy_holders(model):
     return [module for module in model.modules() if isinstance(module, (Linear, Transformer))]
 
 
+def _held_copies(model):
+    return [holder._transposed.copy if isinstance(holder, Linear) else holder._output_copy.copy
+            for holder in _copy_holders(model)]
+
+
 def test_inference_weights_give_the_plain_logits_and_follow_weight_updates():
     model = small_model().eval()
     src, tgt = random_source(3, 5), torch.randint(4, 50, (3, 4))
@@ -168,8 +173,7 @@ def test_the_weight_copies_are_dropped_when_the_weights_may_change_unseen(change
     src = random_source(2, 6)
     with torch.no_grad(), inference_weights(model):
         pass
-    assert all(holder._transposed.copy is not None if isinstance(holder, Linear) else holder._output_copy.copy is not None
-               for holder in _copy_holders(model))
+    assert all(copy is not None for copy in _held_copies(model))
     if change == "load_state_dict":
         model.load_state_dict(other.state_dict())
     elif change == "cast":
@@ -180,8 +184,7 @@ def test_the_weight_copies_are_dropped_when_the_weights_may_change_unseen(change
             for holder in _copy_holders(model):
                 next(holder.parameters()).data.mul_(0.5)
         model.eval()
-    assert all(holder._transposed.copy is None if isinstance(holder, Linear) else holder._output_copy.copy is None
-               for holder in _copy_holders(model))
+    assert all(copy is None for copy in _held_copies(model))
     with torch.no_grad():
         plain = model(src, torch.randint(4, 50, (2, 3)))
     # The searches run inside inference_weights; without it they must decode the same tokens.

@@ -279,11 +279,6 @@ class Transformer(InferenceCopies):
         return self.decode(tgt_in, self.encode(src))
 
     @property
-    def max_source_positions(self) -> Optional[int]:
-        """How many source positions (EOS included) the model can embed; None for no limit."""
-        return getattr(self.src_positions, "max_positions", None)
-
-    @property
     def max_target_positions(self) -> Optional[int]:
         """How many target positions (BOS included) the model can embed; None for no limit."""
         return getattr(self.tgt_positions, "max_positions", None)
