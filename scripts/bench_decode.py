@@ -11,6 +11,7 @@ and writes everything as JSON. Needs `transformers`; CTranslate2 is used where i
     python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
     python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
     python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
+    python scripts/bench_decode.py --weight-layout --repeats 15 --json bench_results/layout.json   # linear.py's layouts
 """
 
 from __future__ import annotations
@@ -380,6 +381,42 @@ def profile(args: argparse.Namespace) -> None:
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
+def weight_layout(args: argparse.Namespace) -> None:
+    """The weight layouts of `attn_cli/model/linear.py`: one decoding step's matrix products (every
+    decoder layer's q/k/v, attention output, cross-attention query and output and feed-forward,
+    then the output projection) with nn.Linear's (out, in) weights against contiguous (in, out)
+    copies, cycling through all of them so that they come from memory, not cache. Median ms of
+    --repeats rounds in which the two take turns."""
+    rows_out = []
+    for size in args.sizes:
+        dims = SIZES[size]
+        d, f = dims["d_model"], dims["ffn_dim"]
+        shapes = [(d, 3 * d), (d, d), (d, d), (d, d), (d, f), (f, d)] * dims["layers"] + [(d, VOCAB)]  # (in, out)
+        weights = [torch.randn(out, inp) for inp, out in shapes]
+        layouts = {"out_in": weights, "in_out": [w.t().contiguous().t() for w in weights]}
+        biases = [torch.randn(out) for _, out in shapes]
+        for rows in (1, 2, 5, 8, 32, 160):
+            inputs = {width: torch.randn(rows, width) for width in (d, f)}
+            seconds: dict[str, list[float]] = {name: [] for name in layouts}
+            for index in range(2 + args.repeats):
+                for name, matrices in layouts.items():
+                    started = time.perf_counter()
+                    for (width, _), matrix, bias in zip(shapes, matrices, biases):
+                        torch.nn.functional.linear(inputs[width], matrix, bias)
+                    if index >= 2:
+                        seconds[name].append(time.perf_counter() - started)
+            row = {"size": size, "rows": rows, **{name: 1000 * statistics.median(t) for name, t in seconds.items()}}
+            row["out_in_over_in_out"] = row["out_in"] / row["in_out"]
+            rows_out.append(row)
+            print(f"{size:<6} {rows:>4} rows: (out, in) {row['out_in']:6.2f} ms   (in, out) {row['in_out']:6.2f} ms   "
+                  f"(in, out) is {row['out_in_over_in_out']:.2f}x as fast", flush=True)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"benchmark": "decoding-step matrix products by weight layout",
+                                           "machine": machine_info(), "threads": args.threads,
+                                           "repeats": args.repeats, "results": rows_out}, indent=2))
+    print(f"wrote {args.json}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
@@ -393,6 +430,8 @@ def main() -> None:
     parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
     parser.add_argument("--profile", action="store_true",
                         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
+    parser.add_argument("--weight-layout", action="store_true",
+                        help="only time one decoding step's matrix products with (out, in) against (in, out) weights")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -400,6 +439,9 @@ def main() -> None:
     transformers.logging.disable_progress_bar()
     if args.profile:
         profile(args)
+        return
+    if args.weight_layout:
+        weight_layout(args)
         return
 
     rows, sizes = [], {}

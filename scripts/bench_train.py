@@ -18,6 +18,8 @@ Three parts, each selectable with --parts:
   memory  Peak resident memory of training steps of the base size with and without gradient
           checkpointing, and the time of a step; one fresh subprocess per configuration, whose
           peak resident memory (VmHWM) after setup and after the steps is read.
+  loss    The loss alone, forward and backward, at each size's step shape: our projected loss
+          (attn_cli/loss.py) against the logits and F.cross_entropy, alternating, fp32 and bf16.
 
 Step FLOPs, for B rows of S source and T target tokens, model width d, FFN width f, vocabulary V,
 Le encoder and Ld decoder layers (forward = 2 x multiply-adds; a training step = 3 x forward):
@@ -31,6 +33,7 @@ cross-attention keys and values are projected from the source tokens, 2d^2 each 
     python scripts/bench_train.py --parts step --sizes small --steps 2 --warmup 1   # a smoke test
     python scripts/bench_train.py --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
     python scripts/bench_train.py --parts memory --memory-steps 3
+    python scripts/bench_train.py --profile base fp32                 # where our step's time goes
 Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
 """
 
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import itertools
 import json
 import math
 import os
@@ -65,7 +69,7 @@ from attn_cli.precision import Precision  # noqa: E402
 from attn_cli.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attn_cli.train import encode_examples, inverse_sqrt_schedule  # noqa: E402
-from attn_cli.loss import label_smoothed_loss  # noqa: E402
+from attn_cli.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
 from attn_cli.training_step import TrainingObjective, TrainingStep  # noqa: E402
 
 VOCAB = 8000
@@ -424,12 +428,72 @@ def bench_memory(args: argparse.Namespace) -> dict:
             "results": rows_out}
 
 
+# --- part 4: the loss alone
+
+
+def bench_loss(args: argparse.Namespace) -> dict:
+    """Forward and backward of the label-smoothed loss from (tokens, d_model) hidden states and the
+    (V, d_model) output matrix, median of --steps after --warmup, the two ways taking turns."""
+    ways = {"logits": lambda h, w, y: label_smoothed_loss(h @ w.t(), y, LABEL_SMOOTHING)[0],
+            "projected": lambda h, w, y: projected_label_smoothed_loss(h, w, y, LABEL_SMOOTHING)}
+    rows_out = []
+    for size, precision in itertools.product(args.sizes, args.precisions):
+        tokens = args.target_tokens or SIZES[size]["target_tokens"]
+        generator = torch.Generator().manual_seed(0)
+        hidden = torch.randn(1, tokens, SIZES[size]["d_model"], generator=generator, requires_grad=True)
+        weight = (torch.randn(VOCAB, SIZES[size]["d_model"], generator=generator) * 0.05).requires_grad_()
+        labels = torch.randint(4, VOCAB, (1, tokens), generator=generator)
+        seconds: dict[str, list[float]] = {name: [] for name in ways}
+        for index in range(args.warmup + args.steps):
+            for name, loss_of in ways.items():
+                hidden.grad = weight.grad = None
+                started = time.perf_counter()
+                with Precision(precision, "").autocast(torch.device("cpu")):
+                    loss = loss_of(hidden, weight, labels)
+                loss.backward()
+                if index >= args.warmup:
+                    seconds[name].append(time.perf_counter() - started)
+        row = {"size": size, "precision": precision, "tokens": tokens, "vocab": VOCAB,
+               **{name: statistics.median(times) for name, times in seconds.items()}}
+        row["logits_over_projected"] = row["logits"] / row["projected"]
+        rows_out.append(row)
+    print(f"\nloss forward + backward, median of {args.steps} after {args.warmup} warm-up, alternating, "
+          f"vocabulary {VOCAB}, {args.threads} threads")
+    print(f"{'size':<6} {'prec':<5} {'tokens':>7} {'logits s':>9} {'projected s':>12} {'speed-up':>9}")
+    for row in rows_out:
+        print(f"{row['size']:<6} {row['precision']:<5} {row['tokens']:>7,} {row['logits']:>9.3f} "
+              f"{row['projected']:>12.3f} {row['logits_over_projected']:>8.2f}x")
+    return {"results": rows_out}
+
+
+def profile_step(args: argparse.Namespace) -> None:
+    """Our training step under torch.profiler: 3 steps after --warmup, the top ops by self CPU time,
+    and the share of matrix products (mm, addmm, addmm_) in all of it."""
+    size, precision = args.profile
+    rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
+    batches = random_batches(4, rows, args.length)
+    model = build_ours(SIZES[size])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for index in range(args.warmup):
+        one_step(model, ours_loss, optimizer, batches[index % len(batches)], Precision(precision, ""))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for index in range(3):
+            one_step(model, ours_loss, optimizer, batches[index % len(batches)], Precision(precision, ""))
+    events = profiler.key_averages()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=15))
+    total = sum(event.self_cpu_time_total for event in events)
+    matmul = sum(event.self_cpu_time_total for event in events if event.key in ("aten::mm", "aten::addmm", "aten::addmm_"))
+    print(f"{size} {precision}: matrix products {matmul / 1e6 / 3:.2f} s of {total / 1e6 / 3:.2f} s per step "
+          f"({matmul / total:.0%}), self CPU time under the profiler")
+
+
 # --- report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory"], default=["step", "epoch", "memory"])
+    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory", "loss"],
+                        default=["step", "epoch", "memory", "loss"])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
@@ -445,6 +509,8 @@ def main() -> None:
     parser.add_argument("--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)")
     parser.add_argument("--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS)
     parser.add_argument("--json", default=str(REPO / "bench_results" / "train.json"))
+    parser.add_argument("--profile", nargs=2, metavar=("SIZE", "PRECISION"),
+                        help="only profile 3 of our training steps, e.g. --profile base fp32")
     args = parser.parse_args()
     if not 0 < args.epoch_fraction <= 1:
         parser.error("--epoch-fraction must be in (0, 1]")
@@ -452,6 +518,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    if args.profile:
+        if args.profile[0] not in SIZES or args.profile[1] not in PRECISIONS:
+            parser.error(f"--profile takes a size ({', '.join(SIZES)}) and a precision ({', '.join(PRECISIONS)})")
+        profile_step(args)
+        return
     if args.memory_child:
         size, precision, checkpointing = args.memory_child
         memory_child(size, precision, checkpointing == "1", args.memory_steps, args.length,
@@ -468,6 +539,8 @@ def main() -> None:
         report["epoch"] = bench_epoch(args)
     if "memory" in args.parts:
         report["memory"] = bench_memory(args)
+    if "loss" in args.parts:
+        report["loss"] = bench_loss(args)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json}")

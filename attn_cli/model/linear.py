@@ -1,14 +1,18 @@
 """Decoding with weights stored the other way round.
 
 `nn.Linear` keeps its weight as (out, in) and multiplies x @ weight^T. For the few rows of a
-decoding step, MKL is mostly faster with a contiguous (in, out) matrix. Measured on 2 threads,
-cycling through one decoding step's worth of weights so that they come from memory, not cache:
-  - small size (d_model 256): faster at every row count from 1 to 160, by 24% at 5 rows and 10%
-    at 32;
-  - base size (512): 10% faster at 1 row and 8% at 32, but 13-18% slower at 2 to 8 rows (beam 5
-    at batch 1), where MKL's kernel for the (out, in) layout happens to be better.
-The tied output projection gains most: a (D, V) copy of the (V, D) embedding multiplied a few
-rows up to 3x faster than its transposed view.
+decoding step MKL is often faster with a contiguous (in, out) matrix. `python scripts/bench_decode.py
+--weight-layout` times one decoding step's matrix products (the output projection included) both
+ways, cycling through all the weights so that they come from memory, not cache. On 2 threads the
+(in, out) layout was, small size (d_model 256) / base size (512):
+  - 1 row:    0.96x / 1.05x     (greedy, batch 1)
+  - 2 rows:   0.86x / 0.86x
+  - 5 rows:   1.11x / 0.94x     (beam 5, batch 1)
+  - 8 rows:   1.18x / 0.91x
+  - 32 rows:  1.08x / 1.23x     (greedy, batch 32)
+  - 160 rows: 1.05x / 1.06x     (beam 5, batch 32)
+A gain at the row counts decoding spends most time in, a loss at 2 to 8 rows of the base size;
+which kernel MKL picks for a shape is its own affair.
 
 So inside `inference_weights(model)`, which the searches enter, every `InferenceCopies` module (each
 `Linear`, and the Transformer for its output matrix) multiplies by a contiguous transposed copy of
