@@ -232,3 +232,14 @@ def test_gradient_checkpointing_refuses_the_kv_cache_in_training_mode():
         model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache())
     model.eval()  # inference with the cache is fine once out of training mode
     assert model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache()).shape[:2] == (2, 1)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 13])
+def test_inference_weights_give_the_plain_logits_whichever_layout_a_row_count_takes(rows):
+    # 512 wide: from 2 to 12 rows the layers keep their stored layout, otherwise they use the copies.
+    model = small_model(d_model=512, num_heads=8, ffn_dim=512, encoder_layers=1, decoder_layers=1)
+    src, tgt = random_source(rows, 4), torch.randint(4, 50, (rows, 1))
+    with torch.no_grad():
+        plain = model(src, tgt)
+        with inference_weights(model):
+            torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=1e-5)

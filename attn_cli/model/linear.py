@@ -1,24 +1,27 @@
 """Decoding with weights stored the other way round.
 
 `nn.Linear` keeps its weight as (out, in) and multiplies x @ weight^T. For the few rows of a
-decoding step MKL is often faster with a contiguous (in, out) matrix. `python scripts/bench_decode.py
---weight-layout` times one decoding step's matrix products (the output projection included) both
-ways, cycling through all the weights so that they come from memory, not cache. On 2 threads the
-(in, out) layout was, small size (d_model 256) / base size (512):
-  - 1 row:    0.96x / 1.05x     (greedy, batch 1)
-  - 2 rows:   0.86x / 0.86x
-  - 5 rows:   1.11x / 0.94x     (beam 5, batch 1)
-  - 8 rows:   1.18x / 0.91x
-  - 32 rows:  1.08x / 1.23x     (greedy, batch 32)
-  - 160 rows: 1.05x / 1.06x     (beam 5, batch 32)
-A gain at the row counts decoding spends most time in, a loss at 2 to 8 rows of the base size;
-which kernel MKL picks for a shape is its own affair.
+decoding step MKL is often faster with a contiguous (in, out) matrix, and sometimes slower.
+`python scripts/bench_decode.py --weight-layout` times one decoding step's matrix products (the
+output projection included) both ways, per matrix shape too, cycling through all the weights so
+that they come from memory, not cache. On 2 threads the (in, out) layout was, small size
+(d_model 256) / base size (512), over the whole step:
+  - 1 row:     1.03x / 1.41x    (greedy, batch 1; an earlier run: 0.96x / 1.05x)
+  - 2-3 rows:  0.91x / 0.58x
+  - 4-8 rows:  1.19-1.43x / 0.66-0.71x    (beam 5, batch 1: 5 rows)
+  - 12 rows:   1.31x / 0.78x
+  - 16-32 rows: 1.15-1.39x / 1.21-1.25x   (greedy, batch 32)
+  - 160 rows:  1.08x / 1.03x   (beam 5, batch 32)
+Per matrix, every matrix with a 512- or 1024-wide input (all of the base size's, the small size's
+second feed-forward matrix) is faster as stored from 2 to 12 rows, by 1.3-2x at the base size;
+the others gain from the copy. Which kernel MKL picks for a shape is its own affair, so the rule
+below, `stored_layout_is_faster`, is a measurement, not a law.
 
 So inside `inference_weights(model)`, which the searches enter, every `InferenceCopies` module (each
 `Linear`, and the Transformer for its output matrix) multiplies by a contiguous transposed copy of
-its weight. The copies are kept between searches and remade when a weight changes: in place (its
-version counter moves), or when it is replaced, moved or cast, or the module is loaded or put back
-into training. Outside the context, and always on GPUs, where nothing here was measured, the
+its weight, except at the row counts where the rule keeps the stored layout. The copies are kept
+between searches and remade when a weight changes: in place (its version counter moves), or when
+it is replaced, moved or cast, or the module is loaded or put back into training. Outside the context, and always on GPUs, where nothing here was measured, the
 modules use their weights as they are. Parameters and checkpoints are those of `nn.Linear`.
 """
 
@@ -31,6 +34,12 @@ from typing import Callable, Iterator, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def stored_layout_is_faster(rows: int, in_features: int) -> bool:
+    """Whether nn.Linear's own (out, in) weight multiplies `rows` rows faster than the (in, out)
+    copy: from 2 to 12 rows when the input is at least 512 wide (`--weight-layout`, per matrix)."""
+    return 2 <= rows <= 12 and in_features >= 512
 
 
 class TransposedCopy:
@@ -94,7 +103,7 @@ class Linear(InferenceCopies, nn.Linear):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The forward pass, callable without module dispatch: a decoding step makes ~30 of these,
         and at one row per step their Python overhead shows, so this path checks nothing."""
-        if self._active is None:
+        if self._active is None or stored_layout_is_faster(x.numel() // self.in_features, self.in_features):
             return F.linear(x, self.weight, self.bias)
         # A (out, in) view of the contiguous (in, out) copy: F.linear multiplies by its transpose,
         # which is the contiguous matrix itself.
