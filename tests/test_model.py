@@ -243,3 +243,22 @@ def test_inference_weights_give_the_plain_logits_whichever_layout_a_row_count_ta
         plain = model(src, tgt)
         with inference_weights(model):
             torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_drops_a_share_p_and_keeps_the_expected_value(p, dtype):
+    from attn_cli.model.transformer import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1001, 999, dtype=dtype)  # an element count that four does not divide
+    out = dropout(x, p).float()
+    kept = out != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 3e-3
+    assert torch.all(out[kept] == out[kept][0]) and abs(out[kept][0].item() * (1 - p) - 1) < 1e-2
+    assert abs(out.mean().item() - 1) < 5e-3
+    # Neighbouring elements (lanes of one draw) are independent: P(both kept) = (1 - p)^2.
+    both = (kept[:, 0::2][:, :499] & kept[:, 1::2][:, :499]).float().mean().item()
+    assert abs(both - (1 - p) ** 2) < 3e-3
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x, p).float(), out), "the same seed gives the same mask"

