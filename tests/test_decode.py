@@ -68,6 +68,31 @@ def test_cache_selects_rows():
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("rows, in_place", [
+    ([0, 1, 2, 3], True),  # nothing moves
+    ([0, 0, 2, 3], True),  # one row takes another's history
+    ([1, 0, 2, 3], True),  # a swap: each row is the other's origin
+    ([3, 3, 0, 1], False),  # most rows move: one full copy
+    ([2, 0], False),  # rows leave
+])
+def test_cache_reorders_in_place_or_by_copy_without_changing_any_logit(rows, in_place):
+    # Four hypotheses of one source, as in a beam: the cross-attention keys stay one row.
+    model = small_model()
+    encoded = model.encode(random_source(1, 5))
+    cache = model.new_cache()
+    prefix = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 10], [BOS_ID, 11, 12]])
+    with torch.no_grad():
+        model.decode(prefix, encoded, cache)
+        keys_before = cache.layers[0]._keys
+        rows = torch.tensor(rows)
+        cache.select(rows)
+        assert (cache.layers[0]._keys is keys_before) == in_place
+        step = torch.arange(13, 13 + len(rows))[:, None]
+        cached = model.decode(step, encoded, cache)[:, -1]
+        full = model.decode(torch.cat([prefix[rows], step], dim=1), encoded.select(torch.zeros_like(rows)))[:, -1]
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+
+
 def test_learned_positions_cap_the_output_length_instead_of_crashing():
     model = small_model(positions="learned", max_positions=8)
     src = random_source(2, 6)

@@ -60,8 +60,24 @@ class LayerCache:
             self.cross_keys, self.cross_values = project()
         return self.cross_keys, self.cross_values
 
-    def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor]) -> None:
-        if self._keys is not None:
+    @property
+    def rows(self) -> Optional[int]:
+        """Rows of self-attention keys and values held; None before the first step."""
+        return None if self._keys is None else self._keys.shape[0]
+
+    def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor],
+               moved: Optional[torch.Tensor] = None) -> None:
+        """Keep these rows in this order. `moved`, when given, lists the rows i with rows[i] != i
+        (the row count unchanged): only those are copied, in place."""
+        if self._keys is not None and moved is not None:
+            if moved.numel():
+                origins = rows[moved]
+                for buffer in (self._keys, self._values):
+                    history = buffer[:, :, : self.length]
+                    # index_select copies the origins out first, so a row may be both (a swap).
+                    with torch.no_grad():
+                        history.index_copy_(0, moved, history.index_select(0, origins))
+        elif self._keys is not None:
             keys = self._reordered(self._keys, self._spares[0], rows)
             values = self._reordered(self._values, self._spares[1], rows)
             self._spares = [self._keys, self._values]
@@ -89,6 +105,18 @@ class KVCache:
     def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor] = None) -> None:
         """Keep only these hypothesis rows, in this order: beams reorder by their origin, finished
         sentences leave. The cross-attention keys and values hold one row per source sentence and
-        change only when `source_rows` says which sources stay (None keeps them all)."""
+        change only when `source_rows` says which sources stay (None keeps them all).
+
+        While no row leaves and at most half of them move, only the rows that move are copied, in
+        place; otherwise each layer copies all rows once into a spare buffer. How often that pays
+        depends on the model: in `bench_decode.py`'s forced-length beam search with random weights
+        97% of the rows keep their place at every step (beam 5, batch 32: 1.14x faster), while the
+        trained en-zh model translating the test set kept 29-34% and was no faster.
+        """
+        moved = None
+        if rows.numel() == self.layers[0].rows:
+            moved = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
+            if 2 * moved.numel() > rows.numel():  # copying the moved rows out and back costs more
+                moved = None
         for layer in self.layers:
-            layer.select(rows, source_rows)
+            layer.select(rows, source_rows, moved)
