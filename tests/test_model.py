@@ -262,3 +262,16 @@ def test_dropout_drops_a_share_p_and_keeps_the_expected_value(p, dtype):
     assert abs(both - (1 - p) ** 2) < 3e-3
     torch.manual_seed(0)
     assert torch.equal(dropout(x, p).float(), out), "the same seed gives the same mask"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_added_to_a_residual_is_the_residual_plus_the_same_dropout(dtype):
+    from attn_cli.model.transformer import dropout
+
+    x, residual = torch.randn(64, 33, dtype=dtype), torch.randn(64, 33)
+    torch.manual_seed(1)
+    fused = dropout(x, 0.3, residual=residual)
+    torch.manual_seed(1)
+    separate = residual + dropout(x.float(), 0.3)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, separate, atol=1e-6, rtol=1e-6)
