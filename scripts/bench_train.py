@@ -34,6 +34,7 @@ cross-attention keys and values are projected from the source tokens, 2d^2 each 
     python scripts/bench_train.py --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
     python scripts/bench_train.py --parts memory --memory-steps 3
     python scripts/bench_train.py --profile base fp32                 # where our step's time goes
+    python scripts/bench_train.py --parts step --tune-malloc          # no system pays page faults per step
 Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
 """
 
@@ -154,10 +155,13 @@ def one_step(model: torch.nn.Module, loss_of, optimizer: torch.optim.Optimizer, 
     optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps_alternating(systems: dict, batches, precision: Precision, warmup: int, steps: int) -> dict:
+def time_steps_alternating(systems: dict, batches, precision: Precision, warmup: int, steps: int,
+                           page_faults: dict | None = None) -> dict:
     """Seconds per step of each system: `warmup` untimed steps each, then `steps` rounds in which
     every system takes one timed step in turn, so that a slow spell of the shared machine falls on
-    all of them rather than on one. `systems` maps a name to (model, loss_of)."""
+    all of them rather than on one. `systems` maps a name to (model, loss_of). `page_faults`, when
+    given, receives each timed step's minor page faults (memory the process touched for the first
+    time since the system handed it out: fresh allocations the allocator mapped from the OS)."""
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, (model, _) in systems.items()}
     for index in range(warmup):
         for name, (model, loss_of) in systems.items():
@@ -165,10 +169,24 @@ def time_steps_alternating(systems: dict, batches, precision: Precision, warmup:
     seconds: dict[str, list[float]] = {name: [] for name in systems}
     for index in range(steps):
         for name, (model, loss_of) in systems.items():
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             started = time.perf_counter()
             one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
             seconds[name].append(time.perf_counter() - started)
+            if page_faults is not None:
+                page_faults.setdefault(name, []).append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
     return seconds
+
+
+def tune_malloc() -> None:
+    """glibc maps each block above its mmap threshold (at most 32 MB by default) fresh from the
+    system and unmaps it when freed, so a step that allocates such blocks faults their pages in
+    again every time; freed heap memory above the trim threshold is returned to the system too.
+    Raising both keeps freed memory in the process for reuse."""
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt parameters, from glibc's malloc.h
+    if not (libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 31)):
+        raise SystemExit("--tune-malloc: glibc's mallopt refused the thresholds")
 
 
 def matmul_peak(precision: str, repeats: int = 10) -> float:
@@ -196,12 +214,14 @@ def bench_step(args: argparse.Namespace) -> dict:
             row = {"size": size, "precision": precision, "rows": rows, "length": args.length,
                    "target_tokens_per_step": rows * args.length, "step_flops": flops}
             systems = {"ours": (build_ours(SIZES[size]), ours_loss), "hf": (build_marian(SIZES[size]), marian_loss)}
-            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps)
+            faults: dict[str, list[int]] = {}
+            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps, faults)
             for name, (model, _) in systems.items():
                 seconds = statistics.median(timings[name])
                 row[name] = {"seconds_per_step": seconds, "target_tokens_per_second": rows * args.length / seconds,
                              "flops_per_second": flops / seconds, "mfu": flops / seconds / peaks[precision],
-                             "parameters": sum(p.numel() for p in model.parameters())}
+                             "parameters": sum(p.numel() for p in model.parameters()),
+                             "minor_page_faults_per_step": statistics.median(faults[name])}
                 print(f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
                       flush=True)
             del systems
@@ -211,14 +231,17 @@ def bench_step(args: argparse.Namespace) -> dict:
           f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster")
     print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
     print(f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
-          f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7}")
+          f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7} {'ours faults':>12} {'HF faults':>10}")
     for row in rows_out:
         ours, hf = row["ours"], row["hf"]
         print(f"{row['size']:<6} {row['precision']:<5} {ours['target_tokens_per_second']:>11,.0f} "
               f"{hf['target_tokens_per_second']:>10,.0f} {row['ours_over_hf']:>7.2f}x "
               f"{ours['flops_per_second'] / 1e9:>13,.1f} {hf['flops_per_second'] / 1e9:>11,.1f} "
-              f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%}")
-    return {"matmul_peak_flops_per_second": peaks, "results": rows_out,
+              f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%} {ours['minor_page_faults_per_step']:>12,.0f} "
+              f"{hf['minor_page_faults_per_step']:>10,.0f}")
+    if args.tune_malloc:
+        print("glibc malloc tuned (--tune-malloc): mmap and trim thresholds raised")
+    return {"matmul_peak_flops_per_second": peaks, "malloc_tuned": args.tune_malloc, "results": rows_out,
             "flops_formula": "6 * (linear + attention), see scripts/bench_train.py"}
 
 
@@ -509,6 +532,9 @@ def main() -> None:
     parser.add_argument("--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)")
     parser.add_argument("--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS)
     parser.add_argument("--json", default=str(REPO / "bench_results" / "train.json"))
+    parser.add_argument("--tune-malloc", action="store_true",
+                        help="raise glibc's mmap and trim thresholds first, so that no system pays page faults "
+                             "for memory the allocator maps and returns every step (the step part counts them)")
     parser.add_argument("--profile", nargs=2, metavar=("SIZE", "PRECISION"),
                         help="only profile 3 of our training steps, e.g. --profile base fp32")
     args = parser.parse_args()
@@ -516,6 +542,8 @@ def main() -> None:
         parser.error("--epoch-fraction must be in (0, 1]")
 
     torch.set_num_threads(args.threads)
+    if args.tune_malloc:
+        tune_malloc()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     if args.profile:
