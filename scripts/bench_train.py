@@ -17,7 +17,8 @@ Three parts, each selectable with --parts:
           evaluation or saving). Both count real tokens/s: source plus target tokens, padding excluded.
   memory  Peak resident memory of training steps of the base size with and without gradient
           checkpointing, and the time of a step; one fresh subprocess per configuration, whose
-          peak resident memory (VmHWM) after setup and after the steps is read.
+          peak resident memory (VmHWM) after setup and after the steps is read; then the peak
+          of live tensor bytes during one more step, from the profiler's allocation records.
   loss    The loss alone, forward and backward, at each size's step shape: our projected loss
           (attn_cli/loss.py) against the logits and F.cross_entropy, alternating, fp32 and bf16.
 
@@ -394,6 +395,22 @@ def start_peak_measurement() -> int:
     return peak_resident_kib("VmRSS")
 
 
+def live_tensor_peak_bytes(step) -> int:
+    """The peak of the bytes of live tensors during `step()` above what was live before it: every
+    allocation and free the profiler records, in order (the CPU analogue of
+    torch.cuda.max_memory_allocated). Unlike the resident memory, it leaves out what the allocator
+    keeps after a free or loses to fragmentation."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profiler:
+        step()
+    changes = sorted((event.start_ns(), event.nbytes()) for event in profiler.profiler.kineto_results.events()
+                     if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU)
+    live = peak = 0
+    for _, change in changes:
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
 def memory_child(size: str, precision: str, checkpointing: bool, steps: int, length: int, target_tokens: int) -> None:
     """Runs in its own process: prints one JSON line with the peak resident memory after setup, after
     the first step (which also creates the gradients and AdamW's moments), and the peak of the
@@ -414,8 +431,9 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
         seconds.append(time.perf_counter() - started)
     steady_peak_kib = peak_resident_kib()
     steady_mib = (steady_peak_kib - steady_from_kib) / 1024 if steps > 1 and steady_from_kib >= 0 else None
+    live_mib = live_tensor_peak_bytes(lambda: one_step(model, ours_loss, optimizer, batch, Precision(precision, ""))) / 2**20
     print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": max(peak_kib, steady_peak_kib) / 1024,
-                      "steady_step_mib": steady_mib,
+                      "steady_step_mib": steady_mib, "live_tensor_step_mib": live_mib,
                       "first_step_seconds": seconds[0],
                       "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]}))
 
@@ -438,16 +456,21 @@ def bench_memory(args: argparse.Namespace) -> dict:
     print(f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
           f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
           f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)")
-    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} {'s/step':>7}")
+    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} "
+          f"{'tensors MiB':>12} {'s/step':>7}")
     for row in rows_out:
         steady = row["steady_step_mib"]
         print(f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
               f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} "
-              f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['step_seconds']:>7.2f}")
+              f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['live_tensor_step_mib']:>12,.0f} "
+              f"{row['step_seconds']:>7.2f}")
+    print("steady: a later step's resident peak above its start; tensors: the live-tensor peak of one more step above its start")
     return {"measure": "peak resident memory (VmHWM) of a fresh process: after building model, batch and optimizer (setup), and "
                        "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state); "
                        "steady_step_mib = the peak of the steps after the first above the resident memory "
-                       "they start from, after freed memory is returned (activations and transients)",
+                       "they start from, after freed memory is returned (activations and transients); "
+                       "live_tensor_step_mib = the peak of live tensor bytes during one more step above those "
+                       "live before it (torch.profiler's allocation records)",
             "results": rows_out}
 
 
