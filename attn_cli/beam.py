@@ -53,6 +53,22 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha
     return [hypotheses[:n_best] for hypotheses in search.finished]
 
 
+def _rows_kept_in_place(origin: torch.Tensor) -> torch.Tensor:
+    """(live, k) origins of the k hypotheses going on, best first -> for each row of a sentence,
+    which hypothesis takes it. The best hypothesis from each origin takes its origin's row; the
+    others take the rows no hypothesis continues, in rank order."""
+    live, k = origin.shape
+    earlier = torch.ones(k, k, dtype=torch.bool, device=origin.device).tril(-1)  # [j, i]: i ranks before j
+    first_of_origin = ~((origin[:, :, None] == origin[:, None, :]) & earlier).any(dim=2)  # (live, k)
+    # (live, k): 1 where a row is continued by its own best hypothesis.
+    taken = torch.zeros(live, k, dtype=torch.uint8, device=origin.device).scatter_reduce_(
+        1, origin, first_of_origin.to(torch.uint8), reduce="amax")
+    free_rows = taken.argsort(dim=1, stable=True)  # the rows nobody continues first, ascending
+    others_rank = (~first_of_origin).cumsum(dim=1) - 1  # among the hypotheses without a row of their own
+    row = torch.where(first_of_origin, origin, free_rows.gather(1, others_rank.clamp(min=0)))
+    return row.argsort(dim=1)  # for each row, the hypothesis that takes it
+
+
 class _BeamState:
     """The live sentences' hypotheses and the finished ones of every sentence."""
 
@@ -94,6 +110,9 @@ class _BeamState:
 
         # A stable sort puts the candidates that go on first, still in rank order.
         going_on = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
+        # Each hypothesis takes the row of its origin where no better one took it already, so
+        # that most cache rows stay where they are (see KVCache.select).
+        going_on = going_on.gather(1, _rows_kept_in_place(origin.gather(1, going_on)))
         self.scores = top_scores.gather(1, going_on)
         origin, token = origin.gather(1, going_on), token.gather(1, going_on)
         rows = (torch.arange(live, device=origin.device)[:, None] * k + origin).view(-1)  # (live*k,)

@@ -132,3 +132,19 @@ def test_unscored_greedy_decoding_picks_the_same_tokens():
         unscored = greedy_search(model, src, max_len_a=1.0, max_len_b=5, scored=False)
         assert [h[0].tokens for h in unscored] == [h[0].tokens for h in scored]
         assert all(h[0].log_prob != h[0].log_prob for h in unscored)  # NaN: not computed
+
+
+def test_the_best_hypothesis_from_each_origin_keeps_the_origins_cache_row():
+    from attn_cli.beam import _rows_kept_in_place
+
+    generator = torch.Generator().manual_seed(0)
+    for k in (1, 2, 5, 8):
+        origin = torch.randint(0, k, (50, k), generator=generator)  # ranked best first
+        taker = _rows_kept_in_place(origin)  # for each row, the hypothesis that takes it
+        assert torch.equal(taker.sort(dim=1).values, torch.arange(k).expand(50, k))  # a permutation
+        for sentence in range(50):
+            for row in origin[sentence].unique().tolist():
+                best_from_row = (origin[sentence] == row).nonzero()[0, 0]
+                assert taker[sentence, row] == best_from_row  # continues in its origin's row
+            others = [h for h in taker[sentence].tolist() if origin[sentence, h] != taker[sentence].tolist().index(h)]
+            assert others == sorted(others)  # the rest fill the free rows in rank order
