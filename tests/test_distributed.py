@@ -137,7 +137,7 @@ def two_process_runs(tmp_path_factory):
         try:
             mp.spawn(_worker, args=(free_port(), out), nprocs=WORLD_SIZE, join=True)
             break
-        except mp.ProcessException:
+        except (mp.ProcessRaisedException, mp.ProcessExitedException):
             # Another program may take the free port between the probe and rank 0's bind, or the
             # shared machine may stall a rendezvous: try again on a fresh port and directory. A
             # real failure fails every time.
