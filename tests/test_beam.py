@@ -146,5 +146,6 @@ def test_the_best_hypothesis_from_each_origin_keeps_the_origins_cache_row():
             for row in origin[sentence].unique().tolist():
                 best_from_row = (origin[sentence] == row).nonzero()[0, 0]
                 assert taker[sentence, row] == best_from_row  # continues in its origin's row
-            others = [h for h in taker[sentence].tolist() if origin[sentence, h] != taker[sentence].tolist().index(h)]
-            assert others == sorted(others)  # the rest fill the free rows in rank order
+            # The rest, in the rows no hypothesis continues, fill them in rank order.
+            others = [h for row, h in enumerate(taker[sentence].tolist()) if origin[sentence, h] != row]
+            assert others == sorted(others)

@@ -21,8 +21,9 @@ So inside `inference_weights(model)`, which the searches enter, every `Inference
 `Linear`, and the Transformer for its output matrix) multiplies by a contiguous transposed copy of
 its weight, except at the row counts where the rule keeps the stored layout. The copies are kept
 between searches and remade when a weight changes: in place (its version counter moves), or when
-it is replaced, moved or cast, or the module is loaded or put back into training. Outside the context, and always on GPUs, where nothing here was measured, the
-modules use their weights as they are. Parameters and checkpoints are those of `nn.Linear`.
+it is replaced, moved or cast, or the module is loaded or put back into training. Outside the
+context, and always on GPUs, where nothing here was measured, the modules use their weights as
+they are. Parameters and checkpoints are those of `nn.Linear`.
 """
 
 from __future__ import annotations
