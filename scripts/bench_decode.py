@@ -36,7 +36,8 @@ from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from attn_cli.beam import beam_search
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer
-from attn_cli.model.linear import stored_layout_is_faster
+from attn_cli.model.linear import PACKED_FOR_ROWS, PACKED_MAX_ROWS, PackedWeight, mkl_packing_available
+from attn_cli.model.linear import linear as packed_or_stored
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -385,49 +386,59 @@ def profile(args: argparse.Namespace) -> None:
 def weight_layout(args: argparse.Namespace) -> None:
     """The weight layouts of `attn_cli/model/linear.py`: one decoding step's matrix products (every
     decoder layer's q/k/v, attention output, cross-attention query and output and feed-forward,
-    then the output projection) with nn.Linear's (out, in) weights, with contiguous (in, out)
-    copies, and with the layout `stored_layout_is_faster` picks for the row count, cycling through
-    all of them so that they come from memory, not cache. Median ms of --repeats rounds in which
-    the three take turns, for the whole step and, per matrix shape, (out, in) against (in, out)."""
+    then the output projection) with nn.Linear's stored (out, in) weights, with contiguous (in, out)
+    copies, with MKL-packed copies, and as attn multiplies (`linear`: packed up to PACKED_MAX_ROWS
+    rows), cycling through all of them so that they come from memory, not cache. Median ms of
+    --repeats rounds in which the layouts take turns, for the whole step and, per matrix shape,
+    how many times as fast the packed copy is as the better of the other two."""
+    if not mkl_packing_available():
+        sys.exit("this PyTorch has no MKL packing (torch.ops.mkl._mkl_linear): nothing to compare")
     rows_out = []
     for size in args.sizes:
         dims = SIZES[size]
         d, f = dims["d_model"], dims["ffn_dim"]
         shapes = [(d, 3 * d), (d, d), (d, d), (d, d), (d, f), (f, d)] * dims["layers"] + [(d, VOCAB)]  # (in, out)
         weights = [torch.randn(out, inp) for inp, out in shapes]
-        copies = [w.t().contiguous().t() for w in weights]
+        transposed = [w.t().contiguous().t() for w in weights]
+        packed = [PackedWeight().of(w) for w in weights]
         biases = [torch.randn(out) for _, out in shapes]
-        for rows in (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 160):
-            layouts = {"out_in": weights, "in_out": copies,
-                       "chosen": [w if stored_layout_is_faster(rows, w.shape[1]) else c for w, c in zip(weights, copies)]}
+        products = {
+            "stored": lambda x, i: torch.nn.functional.linear(x, weights[i], biases[i]),
+            "transposed": lambda x, i: torch.nn.functional.linear(x, transposed[i], biases[i]),
+            "packed": lambda x, i: torch.ops.mkl._mkl_linear(x, packed[i], weights[i], biases[i], x.shape[0]),
+            "attn": lambda x, i: packed_or_stored(x, weights[i], biases[i], packed[i]),
+        }
+        for rows in (1, 2, 3, 5, 8, 16, 32, 160, 640, 2048):
             inputs = {width: torch.randn(rows, width) for width in (d, f)}
-            seconds: dict[str, list[float]] = {name: [] for name in layouts}
-            per_shape: dict[str, dict[tuple, list[float]]] = {name: {} for name in layouts}
+            seconds: dict[str, list[float]] = {name: [] for name in products}
+            per_shape: dict[str, dict[tuple, list[float]]] = {name: {} for name in products}
             for index in range(2 + args.repeats):
-                for name, matrices in layouts.items():
+                for name, product in products.items():
                     shape_seconds: dict[tuple, float] = {}
                     started = time.perf_counter()
-                    for shape, matrix, bias in zip(shapes, matrices, biases):
+                    for matrix, shape in enumerate(shapes):
                         matrix_started = time.perf_counter()
-                        torch.nn.functional.linear(inputs[shape[0]], matrix, bias)
+                        product(inputs[shape[0]], matrix)
                         shape_seconds[shape] = shape_seconds.get(shape, 0.0) + time.perf_counter() - matrix_started
                     if index >= 2:
                         seconds[name].append(time.perf_counter() - started)
                         for shape, spent in shape_seconds.items():
                             per_shape[name].setdefault(shape, []).append(spent)
             row = {"size": size, "rows": rows, **{name: 1000 * statistics.median(t) for name, t in seconds.items()}}
-            row["out_in_over_in_out"] = row["out_in"] / row["in_out"]
-            row["per_shape_out_in_over_in_out"] = {
-                f"{inp}x{out}": statistics.median(per_shape["out_in"][(inp, out)]) / statistics.median(per_shape["in_out"][(inp, out)])
+            row["packed_speedup"] = min(row["stored"], row["transposed"]) / row["packed"]
+            median = {name: {shape: statistics.median(t) for shape, t in by_shape.items()} for name, by_shape in per_shape.items()}
+            row["per_shape_packed_speedup"] = {
+                f"{inp}x{out}": min(median["stored"][(inp, out)], median["transposed"][(inp, out)]) / median["packed"][(inp, out)]
                 for inp, out in dict.fromkeys(shapes)}
             rows_out.append(row)
-            by_shape = "  ".join(f"{name} {value:.2f}" for name, value in row["per_shape_out_in_over_in_out"].items())
-            print(f"{size:<6} {rows:>4} rows: (out, in) {row['out_in']:6.2f} ms   (in, out) {row['in_out']:6.2f} ms   "
-                  f"chosen {row['chosen']:6.2f} ms   (in, out) is {row['out_in_over_in_out']:.2f}x as fast; "
-                  f"per matrix (in x out): {by_shape}", flush=True)
+            by_shape = "  ".join(f"{name} {value:.2f}" for name, value in row["per_shape_packed_speedup"].items())
+            print(f"{size:<6} {rows:>4} rows: stored {row['stored']:7.2f} ms  transposed {row['transposed']:7.2f} ms  "
+                  f"packed {row['packed']:7.2f} ms  attn {row['attn']:7.2f} ms   packed {row['packed_speedup']:.2f}x as fast "
+                  f"as the better other; per matrix (in x out): {by_shape}", flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"benchmark": "decoding-step matrix products by weight layout",
                                            "machine": machine_info(), "threads": args.threads,
+                                           "packed_for_rows": PACKED_FOR_ROWS, "packed_max_rows": PACKED_MAX_ROWS,
                                            "repeats": args.repeats, "results": rows_out}, indent=2))
     print(f"wrote {args.json}")
 

@@ -10,7 +10,7 @@ from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer, inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
-from attn_cli.model.linear import Linear
+from attn_cli.model.linear import PACKED_MAX_ROWS, Linear, PackedWeight
 from attn_cli.tokenizer import BOS_ID, PAD_ID
 
 from conftest import random_source, small_model
@@ -137,7 +137,7 @@ def _copy_holders(model):
 
 
 def _held_copies(model):
-    return [holder._transposed.copy if isinstance(holder, Linear) else holder._output_copy.copy
+    return [holder._packed.packed if isinstance(holder, Linear) else holder._packed_output.packed
             for holder in _copy_holders(model)]
 
 
@@ -234,22 +234,34 @@ def test_gradient_checkpointing_refuses_the_kv_cache_in_training_mode():
     assert model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache()).shape[:2] == (2, 1)
 
 
-@pytest.mark.parametrize("rows, stored", [(1, False), (3, True), (13, False)])
-def test_inference_weights_give_the_plain_logits_whichever_layout_a_row_count_takes(rows, stored):
-    # 512 wide: from 2 to 12 rows the layers keep their stored layout, otherwise they use the copies.
-    model = small_model(d_model=512, num_heads=8, ffn_dim=512, encoder_layers=1, decoder_layers=1)
-    src, tgt = random_source(rows, 4), torch.randint(4, 50, (rows, 1))
+@pytest.mark.parametrize("rows", [1, 2, 5, 37, 160, 1000, PACKED_MAX_ROWS + 1])
+@pytest.mark.parametrize("d_model", [256, 512])
+def test_packed_weights_give_the_plain_products_at_every_row_count(rows, d_model):
+    # MKL packs each weight for PACKED_FOR_ROWS rows; the products must not depend on that.
+    torch.manual_seed(rows)
+    layer = Linear(d_model, 3 * d_model).eval()
+    x = torch.randn(rows, d_model)
     with torch.no_grad():
-        plain = model(src, tgt)
-        with inference_weights(model):
-            torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=1e-5)
-            # Spoil the copies: only the row counts that use them may change.
-            for module in model.modules():
-                if isinstance(module, Linear):
-                    module._active = torch.zeros_like(module._active)
-            model._active_output = torch.zeros_like(model._active_output)
-            spoiled = model(src, tgt)
-    assert torch.allclose(spoiled, plain, atol=1e-5, rtol=1e-5) == stored
+        plain = torch.nn.functional.linear(x.double(), layer.weight.double(), layer.bias.double()).float()
+        with inference_weights(layer):
+            assert layer._active is not None
+            torch.testing.assert_close(layer(x), plain, atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(layer(x.view(1, rows, d_model)), plain[None], atol=1e-4, rtol=1e-5)
+            # Spoil the packed copy: only the row counts that use it may change.
+            layer._active = PackedWeight().of(torch.zeros_like(layer.weight))
+            spoiled = layer(x)
+    assert torch.allclose(spoiled, plain, atol=1e-4, rtol=1e-5) == (rows > PACKED_MAX_ROWS)
+
+
+def test_inference_weights_leave_autocast_and_other_dtypes_alone():
+    model = small_model().eval()
+    with torch.no_grad(), inference_weights(model):
+        assert model._active_output is not None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), inference_weights(model):
+        assert model._active_output is None, "the packed copies would bypass autocast"
+    model = model.double()
+    with torch.no_grad(), inference_weights(model):
+        assert model._active_output is None, "MKL packs float32 weights only"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -1,29 +1,40 @@
-"""Decoding with weights stored the other way round.
+"""Decoding with weights packed for MKL's matrix product.
 
-`nn.Linear` keeps its weight as (out, in) and multiplies x @ weight^T. For the few rows of a
-decoding step MKL is often faster with a contiguous (in, out) matrix, and sometimes slower.
-`python scripts/bench_decode.py --weight-layout` times one decoding step's matrix products (the
-output projection included) both ways, per matrix shape too, cycling through all the weights so
-that they come from memory, not cache. On 2 threads the (in, out) layout was, small size
-(d_model 256) / base size (512), over the whole step:
-  - 1 row:     1.03x / 1.41x    (greedy, batch 1; an earlier run: 0.96x / 1.05x)
-  - 2-3 rows:  0.91x / 0.58x
-  - 4-8 rows:  1.19-1.43x / 0.66-0.71x    (beam 5, batch 1: 5 rows)
-  - 12 rows:   1.31x / 0.78x
-  - 16-32 rows: 1.15-1.39x / 1.21-1.25x   (greedy, batch 32)
-  - 160 rows:  1.08x / 1.03x   (beam 5, batch 32)
-Per matrix, every matrix with a 512- or 1024-wide input (all of the base size's, the small size's
-second feed-forward matrix) is faster as stored from 2 to 12 rows, by 1.3-2x at the base size;
-the others gain from the copy. Which kernel MKL picks for a shape is its own affair, so the rule
-below, `stored_layout_is_faster`, is a measurement, not a law.
+A decoding step multiplies a few rows (1 to a few hundred) by every weight matrix of the decoder,
+and its weights no longer fit in the caches, so the products are bound by how fast the kernel
+streams each weight in from memory. MKL can pack a matrix once into the panel order its kernel
+reads (`cblas_sgemm_pack`), and PyTorch exposes that for linear layers
+(`torch.ops.mkl._mkl_reorder_linear_weight` and `torch.ops.mkl._mkl_linear`, which inductor uses
+for frozen CPU models). `python scripts/bench_decode.py --weight-layout` times one decoding step's
+matrix products with nn.Linear's stored (out, in) weights, with contiguous (in, out) copies (what
+attn used before) and with packed copies, cycling through all the weights so that they come from
+memory. On 2 threads, over the whole step, the packed copies were, against the faster of the other
+two, at the small (d_model 256) / base (512) size:
+  - 1 row:      1.15x / 1.02x    (greedy, batch 1)
+  - 2-3 rows:   0.88-1.04x / 0.94x, which is within the noise: attn's own path, the same packed
+                product, took from 0.83x to 1.02x the time of the packed column in that run
+  - 5-8 rows:   1.20-1.48x / 1.12-1.24x    (beam 5, batch 1: 5 rows)
+  - 16-32 rows: 1.33-1.52x / 1.22-1.28x    (greedy, batch 32: 32 rows)
+  - 160 rows:   1.12x / 1.16x    (beam 5, batch 32)
+  - 640 rows:   1.03x / 1.08x
+  - 2,048 rows: 0.97x / 0.98x, so above `PACKED_MAX_ROWS` rows (an encoder batch in
+                `attn translate`, say) the layers multiply by their stored weights.
+In whole searches (an A/B in one process) packing made base-size greedy decoding at batch 32
+1.12x faster, beam 5 1.14x at batch 1 and 1.10x at batch 32, and left greedy at batch 1 alone:
+there a step streams the weights at about the machine's memory bandwidth either way.
 
-So inside `inference_weights(model)`, which the searches enter, every `InferenceCopies` module (each
-`Linear`, and the Transformer for its output matrix) multiplies by a contiguous transposed copy of
-its weight, except at the row counts where the rule keeps the stored layout. The copies are kept
-between searches and remade when a weight changes: in place (its version counter moves), or when
-it is replaced, moved or cast, or the module is loaded or put back into training. Outside the
-context, and always on GPUs, where nothing here was measured, the modules use their weights as
-they are. Parameters and checkpoints are those of `nn.Linear`.
+MKL packs for a row count (`PACKED_FOR_ROWS`); of 1, 5, 32, 160, 1,024 and 4,096, packing for 160
+was the fastest, or within noise of it, at every row count measured (1 to 4,000). The packed layout
+appears not to depend on the row count (its size is the same for all); MKL documents none of
+this, so the tests check the products against `F.linear` at row counts from 1 to 1,025.
+
+So inside `inference_weights(model)`, which the searches enter, every `InferenceCopies` module
+(each `Linear`, and the Transformer for its output matrix) multiplies by a packed copy of its
+weight. The copies are kept between searches and remade when a weight changes: in place (its
+version counter moves), or when it is replaced, moved or cast, or the module is loaded or put back
+into training. Outside the context, on GPUs, under autocast, for weights that are not float32,
+and where PyTorch was built without MKL, the modules use their weights as they are. Parameters
+and checkpoints are those of `nn.Linear`.
 """
 
 from __future__ import annotations
@@ -36,36 +47,51 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def stored_layout_is_faster(rows: int, in_features: int) -> bool:
-    """Whether nn.Linear's own (out, in) weight multiplies `rows` rows faster than the (in, out)
-    copy: from 2 to 12 rows when the input is at least 512 wide (`--weight-layout`, per matrix)."""
-    return 2 <= rows <= 12 and in_features >= 512
+PACKED_FOR_ROWS = 160  # the row count MKL packs for (see above)
+PACKED_MAX_ROWS = 1024  # above this many rows the stored weights are as fast
 
 
-class TransposedCopy:
-    """A contiguous copy of a 2-D weight's transpose, remade when the weight is not the one copied."""
+def mkl_packing_available() -> bool:
+    """Whether this PyTorch can pack weights for MKL: x86 builds ship MKL, others may not."""
+    try:
+        ops = (torch.ops.mkl._mkl_linear, torch.ops.mkl._mkl_reorder_linear_weight)
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkl.is_available() and all(ops)
+
+
+class PackedWeight:
+    """An MKL-packed copy of a float32 (out, in) weight, remade when the weight is not the one packed."""
 
     def __init__(self) -> None:
-        self.copy: Optional[torch.Tensor] = None
+        self.packed: Optional[torch.Tensor] = None
         self.source: tuple = ()
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
         # An edit through `weight.data` moves neither the storage nor the version; model.train(),
-        # load_state_dict or .to() drop the copy instead.
-        source = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        if self.copy is None or source != self.source:
-            with torch.no_grad():
-                self.copy = weight.detach().t().contiguous()
+        # load_state_dict or .to() drop the copy instead. MKL packs for the thread count it runs
+        # with, so a new count repacks.
+        source = (weight.data_ptr(), weight._version, weight.dtype, weight.device, torch.get_num_threads())
+        if self.packed is None or source != self.source:
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
             self.source = source
-        return self.copy
+        return self.packed
 
     def drop(self) -> None:
-        self.copy, self.source = None, ()
+        self.packed, self.source = None, ()
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+           packed: Optional[torch.Tensor]) -> torch.Tensor:
+    """x @ weight^T + bias, by the packed copy of `weight` when there is one and x has few rows."""
+    rows = x.numel() // weight.shape[1]
+    if packed is None or rows > PACKED_MAX_ROWS:
+        return F.linear(x, weight, bias)
+    return torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
 
 
 class InferenceCopies(nn.Module):
-    """A module that holds transposed copies of weights for `inference_weights`, and drops them
+    """A module that holds packed copies of weights for `inference_weights`, and drops them
     whenever its weights may have changed behind the version counter's back."""
 
     def activate_inference_copies(self) -> None:
@@ -94,9 +120,8 @@ class InferenceCopies(nn.Module):
 class Linear(InferenceCopies, nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__(in_features, out_features, bias)
-        self._transposed = TransposedCopy()  # the (in, out) copy, kept between searches
-        self._active: Optional[torch.Tensor] = None  # its (out, in) view, inside `inference_weights`
-        self._active_bias: Optional[torch.Tensor] = None
+        self._packed = PackedWeight()  # kept between searches
+        self._active: Optional[torch.Tensor] = None  # the packed copy, inside `inference_weights`
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.project(x)
@@ -104,34 +129,35 @@ class Linear(InferenceCopies, nn.Linear):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The forward pass, callable without module dispatch: a decoding step makes ~30 of these,
         and at one row per step their Python overhead shows, so this path checks nothing."""
-        if self._active is None or stored_layout_is_faster(x.numel() // self.in_features, self.in_features):
-            return F.linear(x, self.weight, self.bias)
-        # A (out, in) view of the contiguous (in, out) copy: F.linear multiplies by its transpose,
-        # which is the contiguous matrix itself.
-        return F.linear(x, self._active, self._active_bias)
+        return linear(x, self.weight, self.bias, self._active)
 
     def activate_inference_copies(self) -> None:
-        self._active, self._active_bias = self._transposed.of(self.weight).t(), self.bias
+        self._active = self._packed.of(self.weight)
 
     def deactivate_inference_copies(self) -> None:
-        self._active = self._active_bias = None
+        self._active = None
 
     def drop_inference_copies(self) -> None:
         self.deactivate_inference_copies()
-        self._transposed.drop()
+        self._packed.drop()
+
+
+def _packing_applies(model: nn.Module, parameter: Optional[torch.Tensor]) -> bool:
+    return (not model.training and not torch.is_grad_enabled() and parameter is not None
+            and parameter.device.type == "cpu" and parameter.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu") and mkl_packing_available())
 
 
 @contextmanager
 def inference_weights(model: nn.Module) -> Iterator[None]:
-    """Within, the model's `InferenceCopies` modules multiply by transposed copies of their weights.
+    """Within, the model's `InferenceCopies` modules multiply by packed copies of their weights.
 
-    For decoding on the CPU: it acts only with gradients off and the model in eval mode (the copies
-    carry no gradient), and the weights must not change inside, which a search never does. Entered
-    again inside itself (a search within a search), it leaves the copies to the outer one.
+    For decoding on the CPU: it acts only with gradients off, the model in eval mode and float32,
+    and no autocast (the copies carry no gradient and bypass autocast), and the weights must not
+    change inside, which a search never does. Entered again inside itself (a search within a
+    search), it leaves the copies to the outer one.
     """
-    parameter = next(model.parameters(), None)
-    if (model.training or torch.is_grad_enabled() or parameter is None or parameter.device.type != "cpu"
-            or getattr(model, "_inference_weights_active", False)):
+    if not _packing_applies(model, next(model.parameters(), None)) or getattr(model, "_inference_weights_active", False):
         yield
         return
     holders = [module for module in model.modules() if isinstance(module, InferenceCopies)]

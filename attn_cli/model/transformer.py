@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from attn_cli.config import ModelConfig
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.cache import KVCache, LayerCache
-from attn_cli.model.linear import InferenceCopies, Linear, TransposedCopy, stored_layout_is_faster
+from attn_cli.model.linear import InferenceCopies, Linear, PackedWeight, linear
 from attn_cli.tokenizer import PAD_ID
 
 # Attention weights by kind ("encoder", "decoder_self", "cross"), one (B, heads, T, S) per layer.
@@ -208,7 +208,7 @@ class Transformer(InferenceCopies):
         # Recompute each layer in backward instead of keeping its activations: less memory, more
         # compute. The trainer sets it; it acts only in training mode with gradients on.
         self.gradient_checkpointing = False
-        self._output_copy = TransposedCopy()  # (D, V), for `inference_weights`
+        self._packed_output = PackedWeight()  # for `inference_weights`
         self._active_output: Optional[torch.Tensor] = None
 
     def _run_layer(self, layer: nn.Module, *args, **kwargs):
@@ -239,9 +239,10 @@ class Transformer(InferenceCopies):
         cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
         new query may see every cached key, so no mask is needed for a single-step update.
         """
-        # The output projection is the target embedding matrix (weight tying).
+        # The output projection is the target embedding matrix (weight tying), packed inside
+        # `inference_weights`.
         hidden = self.decode_hidden(tgt_in, encoded, cache, attention)
-        return hidden @ self._output_matrix(hidden.numel() // self.d_model)
+        return linear(hidden, self.tgt_embedding.weight, None, self._active_output)
 
     def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
                       attention: Optional[AttentionWeights] = None) -> torch.Tensor:
@@ -276,23 +277,15 @@ class Transformer(InferenceCopies):
         """The (V, D) output projection: the target embedding matrix (weight tying)."""
         return self.tgt_embedding.weight
 
-    def _output_matrix(self, rows: int) -> torch.Tensor:
-        """The (D, V) output matrix for `rows` rows: inside `inference_weights` a contiguous copy,
-        which multiplies most row counts of a decoding step faster on the CPU (up to 2x); elsewhere,
-        or where the stored layout is faster, the transposed view of the embedding matrix."""
-        if self._active_output is None or stored_layout_is_faster(rows, self.d_model):
-            return self.tgt_embedding.weight.t()
-        return self._active_output
-
     def activate_inference_copies(self) -> None:
-        self._active_output = self._output_copy.of(self.tgt_embedding.weight)
+        self._active_output = self._packed_output.of(self.tgt_embedding.weight)
 
     def deactivate_inference_copies(self) -> None:
         self._active_output = None
 
     def drop_inference_copies(self) -> None:
         self.deactivate_inference_copies()
-        self._output_copy.drop()
+        self._packed_output.drop()
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt_in, self.encode(src))
