@@ -51,6 +51,7 @@ PACKED_FOR_ROWS = 160  # the row count MKL packs for (see above)
 PACKED_MAX_ROWS = 1024  # above this many rows the stored weights are as fast
 
 
+@functools.lru_cache(maxsize=None)
 def mkl_packing_available() -> bool:
     """Whether this PyTorch can pack weights for MKL: x86 builds ship MKL, others may not."""
     try:
