@@ -1,6 +1,8 @@
 """Properties of the Transformer that a wrong implementation would break."""
 
 import contextlib
+import copy as copy_module
+import io
 import unittest.mock
 
 import pytest
@@ -251,6 +253,19 @@ def test_packed_weights_give_the_plain_products_at_every_row_count(rows, d_model
             layer._active = PackedWeight().of(torch.zeros_like(layer.weight))
             spoiled = layer(x)
     assert torch.allclose(spoiled, plain, atol=1e-4, rtol=1e-5) == (rows > PACKED_MAX_ROWS)
+
+
+def test_a_model_that_has_decoded_can_still_be_copied_and_pickled():
+    model = small_model().eval()
+    src = random_source(2, 5)
+    tokens = greedy_decode(model, src, exact_steps=4)
+    assert model._packed_output.packed is not None
+    buffer = io.BytesIO()
+    torch.save(model, buffer)  # a packed copy has no storage: it must not travel with the module
+    buffer.seek(0)
+    for copy in (copy_module.deepcopy(model), torch.load(buffer, weights_only=False)):
+        assert copy._packed_output.packed is None
+        assert greedy_decode(copy, src, exact_steps=4) == tokens
 
 
 def test_inference_weights_leave_autocast_and_other_dtypes_alone():

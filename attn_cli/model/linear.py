@@ -81,6 +81,13 @@ class PackedWeight:
     def drop(self) -> None:
         self.packed, self.source = None, ()
 
+    # A packed tensor has no storage to copy or pickle; a copied or pickled module packs afresh.
+    def __deepcopy__(self, memo: dict) -> "PackedWeight":
+        return PackedWeight()
+
+    def __getstate__(self) -> dict:
+        return {"packed": None, "source": ()}
+
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
            packed: Optional[torch.Tensor]) -> torch.Tensor:
