@@ -10,6 +10,7 @@ and writes everything as JSON. Needs `transformers`; CTranslate2 is used where i
     python scripts/bench_decode.py --sizes small --batch-sizes 1 --repeats 1   # a quick smoke test
     python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
     python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
+    python scripts/bench_decode.py --packing-ablation              # also ours without MKL-packed weights
     python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
     python scripts/bench_decode.py --weight-layout --repeats 15 --json bench_results/layout.json   # linear.py's layouts
 """
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
+from bench_machine import machine_info, memory_read_gb_s  # scripts/ is on sys.path when a script runs
 import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -36,7 +37,7 @@ from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from attn_cli.beam import beam_search
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer
-from attn_cli.model.linear import PACKED_FOR_ROWS, PACKED_MAX_ROWS, PackedWeight, mkl_packing_available
+from attn_cli.model.linear import PACKED_FOR_ROWS, PACKED_MAX_ROWS, PackedWeight, mkl_packing_available, without_packed_weights
 from attn_cli.model.linear import linear as packed_or_stored
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -77,13 +78,16 @@ class Unavailable(Exception):
 class Ours:
     eos = EOS_ID
 
-    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True):
-        self.model, self.new_tokens, self.use_cache = model, new_tokens, use_cache
+    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True, packed: bool = True):
+        self.model, self.new_tokens, self.use_cache, self.packed = model, new_tokens, use_cache, packed
 
     def prepare(self, src: torch.Tensor) -> torch.Tensor:
         return src
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
+        if not self.packed:
+            with without_packed_weights():
+                return Ours(self.model, self.new_tokens, self.use_cache).decode(src, beam_size)
         if beam_size == 1:
             return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
         if not self.use_cache:
@@ -282,6 +286,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
                                         "hf": HuggingFace(marian, args.new_tokens)}
     if args.cache_ablation:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
+    if args.packing_ablation:
+        torch_systems["ours_unpacked"] = Ours(torch_systems["ours"].model, args.new_tokens, packed=False)
     for (mode, batch, src), case_results in zip(cases, results):
         case_results.update(measure_alternating(torch_systems, src, BEAM_SIZES[mode], args.new_tokens, args.repeats))
         for name in torch_systems:
@@ -306,7 +312,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             gc.collect()  # stops the translator's threads before anything else is timed
     rows = [{"size": size, "mode": mode, "batch": batch, "results": case_results,
              "ours_over_hf": ratio(case_results, "ours", "hf"),
-             "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32")}
+             "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32"),
+             "packed_over_unpacked": ratio(case_results, "ours", "ours_unpacked")}
             for (mode, batch, _), case_results in zip(cases, results)]
     return rows, info
 
@@ -322,11 +329,13 @@ def describe(result: dict) -> str:
 # --- reporting
 
 
-def print_table(rows: list[dict], cache_ablation: bool) -> None:
+def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool) -> None:
     columns = [("size", 5), ("mode", 6), ("batch", 5), ("ours tok/s", 10), ("ours ms/sent", 12), ("HF tok/s", 9),
                ("HF ms/sent", 10), ("ours/HF", 7), ("CT2-f32 tok/s", 13), ("CT2-int8 tok/s", 14), ("ours/CT2-f32", 12)]
     if cache_ablation:
         columns.append(("uncached tok/s", 14))
+    if packing_ablation:
+        columns += [("unpacked tok/s", 14), ("packed/unpacked", 15)]
     print("  ".join(f"{title:>{width}}" for title, width in columns))
     notes = {}
     for row in rows:
@@ -341,6 +350,8 @@ def print_table(rows: list[dict], cache_ablation: bool) -> None:
                  number(results["ct2_int8"], "tokens_per_s"), times(row["ours_over_ct2_float32"])]
         if cache_ablation:
             cells.append(number(results["ours_uncached"], "tokens_per_s"))
+        if packing_ablation:
+            cells += [number(results["ours_unpacked"], "tokens_per_s"), times(ratio(results, "ours", "ours_unpacked"))]
         print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
     for note, cases in notes.items():
         print(f"n/a {note} ({', '.join(cases)})")
@@ -393,6 +404,8 @@ def weight_layout(args: argparse.Namespace) -> None:
     how many times as fast the packed copy is as the better of the other two."""
     if not mkl_packing_available():
         sys.exit("this PyTorch has no MKL packing (torch.ops.mkl._mkl_linear): nothing to compare")
+    bandwidth = memory_read_gb_s()
+    print(f"memory read by {torch.get_num_threads()} threads: {bandwidth:.1f} GB/s")
     rows_out = []
     for size in args.sizes:
         dims = SIZES[size]
@@ -425,6 +438,9 @@ def weight_layout(args: argparse.Namespace) -> None:
                         for shape, spent in shape_seconds.items():
                             per_shape[name].setdefault(shape, []).append(spent)
             row = {"size": size, "rows": rows, **{name: 1000 * statistics.median(t) for name, t in seconds.items()}}
+            weight_bytes = 4 * sum(inp * out for inp, out in shapes)
+            row["weight_mb"] = weight_bytes / 1e6
+            row["packed_weight_read_gb_s"] = weight_bytes / row["packed"] / 1e6  # weights once per step
             row["packed_speedup"] = min(row["stored"], row["transposed"]) / row["packed"]
             median = {name: {shape: statistics.median(t) for shape, t in by_shape.items()} for name, by_shape in per_shape.items()}
             row["per_shape_packed_speedup"] = {
@@ -434,11 +450,13 @@ def weight_layout(args: argparse.Namespace) -> None:
             by_shape = "  ".join(f"{name} {value:.2f}" for name, value in row["per_shape_packed_speedup"].items())
             print(f"{size:<6} {rows:>4} rows: stored {row['stored']:7.2f} ms  transposed {row['transposed']:7.2f} ms  "
                   f"packed {row['packed']:7.2f} ms  attn {row['attn']:7.2f} ms   packed {row['packed_speedup']:.2f}x as fast "
-                  f"as the better other; per matrix (in x out): {by_shape}", flush=True)
+                  f"as the better other ({row['packed_weight_read_gb_s']:.1f} GB/s of {row['weight_mb']:.0f} MB of weights); "
+                  f"per matrix (in x out): {by_shape}", flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"benchmark": "decoding-step matrix products by weight layout",
                                            "machine": machine_info(), "threads": args.threads,
                                            "packed_for_rows": PACKED_FOR_ROWS, "packed_max_rows": PACKED_MAX_ROWS,
+                                           "memory_read_gb_s": bandwidth,
                                            "repeats": args.repeats, "results": rows_out}, indent=2))
     print(f"wrote {args.json}")
 
@@ -454,6 +472,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads; CTranslate2 runs with 1 and with these")
     parser.add_argument("--json", default=str(REPO / "bench_results" / "decode.json"))
     parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
+    parser.add_argument("--packing-ablation", action="store_true",
+                        help="also time ours with nn.Linear's stored weights instead of MKL-packed copies")
     parser.add_argument("--profile", action="store_true",
                         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
     parser.add_argument("--weight-layout", action="store_true",
@@ -480,7 +500,7 @@ def main() -> None:
         share = info["ct2_float32_greedy_agreement_with_hf"]
         if share is not None:
             print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
-    print_table(rows, args.cache_ablation)
+    print_table(rows, args.cache_ablation, args.packing_ablation)
     write_json(args.json, args, rows, sizes)
 
 

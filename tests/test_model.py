@@ -236,7 +236,7 @@ def test_gradient_checkpointing_refuses_the_kv_cache_in_training_mode():
     assert model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache()).shape[:2] == (2, 1)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 37, 160, 1000, PACKED_MAX_ROWS + 1])
+@pytest.mark.parametrize("rows", [1, 2, 5, 37, 160, 1000, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1])
 @pytest.mark.parametrize("d_model", [256, 512])
 def test_packed_weights_give_the_plain_products_at_every_row_count(rows, d_model):
     # MKL packs each weight for PACKED_FOR_ROWS rows; the products must not depend on that.
@@ -249,10 +249,41 @@ def test_packed_weights_give_the_plain_products_at_every_row_count(rows, d_model
             assert layer._active is not None
             torch.testing.assert_close(layer(x), plain, atol=1e-4, rtol=1e-5)
             torch.testing.assert_close(layer(x.view(1, rows, d_model)), plain[None], atol=1e-4, rtol=1e-5)
-            # Spoil the packed copy: only the row counts that use it may change.
+            # Spoil the packed copy: only the row counts that use it may change, as 2-D or 3-D input.
             layer._active = PackedWeight().of(torch.zeros_like(layer.weight))
-            spoiled = layer(x)
-    assert torch.allclose(spoiled, plain, atol=1e-4, rtol=1e-5) == (rows > PACKED_MAX_ROWS)
+            spoiled = [layer(x), layer(x.view(1, rows, d_model))[0]]
+    for output in spoiled:
+        assert torch.allclose(output, plain, atol=1e-4, rtol=1e-5) == (rows > PACKED_MAX_ROWS)
+
+
+def test_the_output_projection_uses_its_packed_copy():
+    model = small_model().eval()
+    src, tgt = random_source(2, 5), torch.randint(4, 50, (2, 3))
+    with torch.no_grad(), inference_weights(model):
+        plain = model(src, tgt)
+        model._active_output = PackedWeight().of(torch.zeros_like(model.tgt_embedding.weight))
+        assert torch.allclose(model(src, tgt), torch.zeros_like(plain)), "spoiled: every logit 0"
+
+
+def test_a_weight_replaced_by_another_shape_at_the_same_address_is_packed_again():
+    # The packed product takes its widths from the live weight: a copy packed for another shape
+    # would be read out of bounds. Same storage, same version counter: only the shape differs.
+    layer = Linear(64, 64).eval()
+    with torch.no_grad():
+        with inference_weights(layer):
+            layer(torch.randn(3, 64))
+        layer.weight.data = layer.weight.data.view(32, 128)
+        layer.bias.data = torch.randn(32)
+        x = torch.randn(3, 128)
+        with inference_weights(layer):
+            torch.testing.assert_close(layer(x), x @ layer.weight.t() + layer.bias, atol=1e-4, rtol=1e-5)
+
+
+def test_a_wrong_input_width_is_an_error_with_packed_weights_too():
+    layer = Linear(8, 4).eval()
+    with torch.no_grad(), inference_weights(layer):
+        with pytest.raises(RuntimeError, match="shape"):
+            layer(torch.randn(3, 9))  # 27 elements: three "rows" of 8 and change
 
 
 def test_a_model_that_has_decoded_can_still_be_copied_and_pickled():

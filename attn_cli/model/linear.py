@@ -12,27 +12,31 @@ memory. On 2 threads, over the whole step, the packed copies were, against the f
 two, at the small (d_model 256) / base (512) size:
   - 1 row:      1.15x / 1.02x    (greedy, batch 1)
   - 2-3 rows:   0.88-1.04x / 0.94x, which is within the noise: attn's own path, the same packed
-                product, took from 0.83x to 1.02x the time of the packed column in that run
+                product, took from 0.83x to 1.04x the time of the packed column in that run
   - 5-8 rows:   1.20-1.48x / 1.12-1.24x    (beam 5, batch 1: 5 rows)
   - 16-32 rows: 1.33-1.52x / 1.22-1.28x    (greedy, batch 32: 32 rows)
   - 160 rows:   1.12x / 1.16x    (beam 5, batch 32)
   - 640 rows:   1.03x / 1.08x
   - 2,048 rows: 0.97x / 0.98x, so above `PACKED_MAX_ROWS` rows (an encoder batch in
                 `attn translate`, say) the layers multiply by their stored weights.
-In whole searches (an A/B in one process) packing made base-size greedy decoding at batch 32
-1.12x faster, beam 5 1.14x at batch 1 and 1.10x at batch 32, and left greedy at batch 1 alone:
-there a step streams the weights at about the machine's memory bandwidth either way.
+`python scripts/bench_decode.py --packing-ablation` times whole searches with and without them.
 
-MKL packs for a row count (`PACKED_FOR_ROWS`); of 1, 5, 32, 160, 1,024 and 4,096, packing for 160
-was the fastest, or within noise of it, at every row count measured (1 to 4,000). The packed layout
-appears not to depend on the row count (its size is the same for all); MKL documents none of
-this, so the tests check the products against `F.linear` at row counts from 1 to 1,025.
+MKL packs for a row count (`PACKED_FOR_ROWS`); in one-off timings of packing for 1, 5, 32, 160,
+1,024 and 4,096 rows, 160 was the fastest, or within noise of it, at every row count tried (1 to
+4,000). PyTorch's op uses a packed copy only when called with the row count it names, and falls
+back to the plain product otherwise; `linear` names the actual row count, so one copy serves all
+of them. That relies on MKL keeping its blocking in the packed buffer, which it does not
+document (the buffer's size is the same for every row count, but the rounding can differ with
+the count packed for), so `mkl_packing_available` checks the products once per process before
+packing is used, and the tests check them against `F.linear` at row counts from 1 to 1,025.
 
 So inside `inference_weights(model)`, which the searches enter, every `InferenceCopies` module
 (each `Linear`, and the Transformer for its output matrix) multiplies by a packed copy of its
 weight. The copies are kept between searches and remade when a weight changes: in place (its
-version counter moves), or when it is replaced, moved or cast, or the module is loaded or put back
-into training. Outside the context, on GPUs, under autocast, for weights that are not float32,
+version counter moves), or when it is replaced by another tensor (each copy keeps the tensor it
+packed, so a new one cannot reuse its address unseen), moved or cast, or the module is loaded or
+put back into training. An edit that bypasses the version counter (through `.data`, or a fused
+optimizer) in eval mode is not seen. Outside the context, on GPUs, under autocast, for weights that are not float32,
 and where PyTorch was built without MKL, the modules use their weights as they are. Parameters
 and checkpoints are those of `nn.Linear`.
 """
@@ -53,12 +57,23 @@ PACKED_MAX_ROWS = 1024  # above this many rows the stored weights are as fast
 
 @functools.lru_cache(maxsize=None)
 def mkl_packing_available() -> bool:
-    """Whether this PyTorch can pack weights for MKL: x86 builds ship MKL, others may not."""
+    """Whether this PyTorch can pack weights for MKL (x86 builds ship MKL, others may not), and a
+    copy packed for PACKED_FOR_ROWS rows multiplies other row counts right, checked once."""
     try:
-        ops = (torch.ops.mkl._mkl_linear, torch.ops.mkl._mkl_reorder_linear_weight)
+        pack, multiply = torch.ops.mkl._mkl_reorder_linear_weight, torch.ops.mkl._mkl_linear
     except (AttributeError, RuntimeError):
         return False
-    return torch.backends.mkl.is_available() and all(ops)
+    if not torch.backends.mkl.is_available():
+        return False
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 80, generator=generator)
+    with torch.no_grad():
+        packed = pack(weight, PACKED_FOR_ROWS)
+        for rows in (1, 5, 33, PACKED_FOR_ROWS):
+            x = torch.randn(rows, 80, generator=generator)
+            if not torch.allclose(multiply(x, packed, weight, None, rows), x @ weight.t(), rtol=1e-4, atol=1e-4):
+                return False
+    return True
 
 
 class PackedWeight:
@@ -66,34 +81,38 @@ class PackedWeight:
 
     def __init__(self) -> None:
         self.packed: Optional[torch.Tensor] = None
+        self.packed_from: Optional[torch.Tensor] = None  # the tensor packed: alive, its address stays taken
         self.source: tuple = ()
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
         # An edit through `weight.data` moves neither the storage nor the version; model.train(),
-        # load_state_dict or .to() drop the copy instead. MKL packs for the thread count it runs
-        # with, so a new count repacks.
-        source = (weight.data_ptr(), weight._version, weight.dtype, weight.device, torch.get_num_threads())
+        # load_state_dict or .to() drop the copy instead. MKL's documentation advises packing and
+        # multiplying with the same thread count, for speed, so a new count repacks.
+        source = (weight.data_ptr(), weight._version, weight.shape, weight.dtype, weight.device, torch.get_num_threads())
         if self.packed is None or source != self.source:
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
+            self.packed_from = weight.detach()
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.packed_from, PACKED_FOR_ROWS)
             self.source = source
         return self.packed
 
     def drop(self) -> None:
-        self.packed, self.source = None, ()
+        self.packed, self.packed_from, self.source = None, None, ()
 
     # A packed tensor has no storage to copy or pickle; a copied or pickled module packs afresh.
     def __deepcopy__(self, memo: dict) -> "PackedWeight":
         return PackedWeight()
 
     def __getstate__(self) -> dict:
-        return {"packed": None, "source": ()}
+        return {"packed": None, "packed_from": None, "source": ()}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
            packed: Optional[torch.Tensor]) -> torch.Tensor:
     """x @ weight^T + bias, by the packed copy of `weight` when there is one and x has few rows."""
     rows = x.numel() // weight.shape[1]
-    if packed is None or rows > PACKED_MAX_ROWS:
+    # The packed product takes its widths from `weight` and would read a wrong-width x as other
+    # rows: F.linear raises the shape error.
+    if packed is None or rows > PACKED_MAX_ROWS or x.shape[-1] != weight.shape[1]:
         return F.linear(x, weight, bias)
     return torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
 
@@ -150,8 +169,22 @@ class Linear(InferenceCopies, nn.Linear):
         self._packed.drop()
 
 
+_packing_switched_off = False
+
+
+@contextmanager
+def without_packed_weights() -> Iterator[None]:
+    """Searches started inside multiply by the stored weights (`bench_decode.py --packing-ablation`)."""
+    global _packing_switched_off
+    before, _packing_switched_off = _packing_switched_off, True
+    try:
+        yield
+    finally:
+        _packing_switched_off = before
+
+
 def _packing_applies(model: nn.Module, parameter: Optional[torch.Tensor]) -> bool:
-    return (not model.training and not torch.is_grad_enabled() and parameter is not None
+    return (not _packing_switched_off and not model.training and not torch.is_grad_enabled() and parameter is not None
             and parameter.device.type == "cpu" and parameter.dtype == torch.float32
             and not torch.is_autocast_enabled("cpu") and mkl_packing_available())
 
