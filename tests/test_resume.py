@@ -127,11 +127,12 @@ def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, t
     handler_before = signal.getsignal(signal.SIGTERM)
     resumed = tmp_path / "resumed"
     stopped = train(resumed, "--set", "train.max_steps=30")
-    assert stopped.exit_code == 2
+    assert stopped.exit_code == 2, f"{stopped.output}\n{stopped.exception!r}"
     assert "interrupted by SIGTERM" in stopped.output and "--resume" in stopped.output
     assert signal.getsignal(signal.SIGTERM) is handler_before, "the handler must be restored"
     assert checkpoint(resumed)["step"] == 8
 
     monkeypatch.setattr(Trainer, "train_step", real_step)
-    assert train(resumed, "--resume", "--set", "train.max_steps=30").exit_code == 0
+    result = train(resumed, "--resume", "--set", "train.max_steps=30")
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"  # once seen failing under load, unexplained
     assert_same_run(resumed, straight_run)
