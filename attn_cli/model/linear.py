@@ -1,23 +1,23 @@
 """Decoding with weights packed for MKL's matrix product.
 
 A decoding step multiplies a few rows (1 to a few hundred) by every weight matrix of the decoder,
-and its weights no longer fit in the caches, so the products are bound by how fast the kernel
-streams each weight in from memory. MKL can pack a matrix once into the panel order its kernel
-reads (`cblas_sgemm_pack`), and PyTorch exposes that for linear layers
+whose weights are far larger than a core's caches, so the products are bound by how fast the
+kernel streams each weight in. MKL can pack a matrix once into the panel order its kernel reads
+(`cblas_sgemm_pack`), and PyTorch exposes that for linear layers
 (`torch.ops.mkl._mkl_reorder_linear_weight` and `torch.ops.mkl._mkl_linear`, which inductor uses
 for frozen CPU models). `python scripts/bench_decode.py --weight-layout` times one decoding step's
 matrix products with nn.Linear's stored (out, in) weights, with contiguous (in, out) copies (what
 attn used before) and with packed copies, cycling through all the weights so that they come from
-memory. On 2 threads, over the whole step, the packed copies were, against the faster of the other
-two, at the small (d_model 256) / base (512) size:
-  - 1 row:      1.15x / 1.02x    (greedy, batch 1)
-  - 2-3 rows:   0.88-1.04x / 0.94x, which is within the noise: attn's own path, the same packed
-                product, took from 0.83x to 1.04x the time of the packed column in that run
-  - 5-8 rows:   1.20-1.48x / 1.12-1.24x    (beam 5, batch 1: 5 rows)
-  - 16-32 rows: 1.33-1.52x / 1.22-1.28x    (greedy, batch 32: 32 rows)
-  - 160 rows:   1.12x / 1.16x    (beam 5, batch 32)
-  - 640 rows:   1.03x / 1.08x
-  - 2,048 rows: 0.97x / 0.98x, so above `PACKED_MAX_ROWS` rows (an encoder batch in
+memory, not from a core's cache. On 2 threads, over the whole step, in two runs, the packed copies
+were, against the faster of the other two, at the small (d_model 256) / base (512) size:
+  - 1 row:      0.98-1.15x / 1.02-1.36x    (greedy, batch 1)
+  - 2-3 rows:   0.88-1.06x / 0.94-1.20x, within the noise: attn's own path, the same packed
+                product, took from 0.83x to 1.04x the time of the packed column in one run
+  - 5-8 rows:   1.01-1.48x / 1.12-1.37x    (beam 5, batch 1: 5 rows)
+  - 16-32 rows: 1.22-1.52x / 1.22-1.55x    (greedy, batch 32: 32 rows)
+  - 160 rows:   1.12-1.13x / 1.16-1.17x    (beam 5, batch 32)
+  - 640 rows:   1.02-1.03x / 1.02-1.08x
+  - 2,048 rows: 0.96-0.97x / 0.98x, so above `PACKED_MAX_ROWS` rows (an encoder batch in
                 `attn translate`, say) the layers multiply by their stored weights.
 `python scripts/bench_decode.py --packing-ablation` times whole searches with and without them.
 
@@ -36,9 +36,9 @@ weight. The copies are kept between searches and remade when a weight changes: i
 version counter moves), or when it is replaced by another tensor (each copy keeps the tensor it
 packed, so a new one cannot reuse its address unseen), moved or cast, or the module is loaded or
 put back into training. An edit that bypasses the version counter (through `.data`, or a fused
-optimizer) in eval mode is not seen. Outside the context, on GPUs, under autocast, for weights that are not float32,
-and where PyTorch was built without MKL, the modules use their weights as they are. Parameters
-and checkpoints are those of `nn.Linear`.
+optimizer) in eval mode is not seen. Outside the context, on GPUs, under autocast, for weights
+that are not float32, and where PyTorch was built without MKL, the modules use their weights as
+they are. Parameters and checkpoints are those of `nn.Linear`.
 """
 
 from __future__ import annotations
