@@ -18,6 +18,7 @@ and writes everything as JSON. Needs `transformers`; CTranslate2 is used where i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import json
@@ -85,9 +86,10 @@ class Ours:
         return src
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
-        if not self.packed:
-            with without_packed_weights():
-                return Ours(self.model, self.new_tokens, self.use_cache).decode(src, beam_size)
+        with contextlib.nullcontext() if self.packed else without_packed_weights():
+            return self._decode(src, beam_size)
+
+    def _decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
         if beam_size == 1:
             return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
         if not self.use_cache:
@@ -477,7 +479,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
     parser.add_argument("--weight-layout", action="store_true",
-                        help="only time one decoding step's matrix products with (out, in) against (in, out) weights")
+                        help="only time one decoding step's matrix products with stored, transposed and MKL-packed weights")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -21,8 +21,8 @@ def machine_info() -> dict:
 
 def memory_read_gb_s(megabytes: int = 400, repeats: int = 5) -> float:
     """How fast torch's threads read memory: the best of `repeats` sums over a float32 tensor far
-    larger than the caches, in GB/s. A decoding step at batch 1 reads every weight once, so this
-    bounds it."""
+    larger than a core's caches, in GB/s. A decoding step at batch 1 reads every weight once; where
+    a large shared L3 cache keeps part of the weights, a step can read them faster than this."""
     data = torch.ones(megabytes * 1_000_000 // 4)
     data.sum()
     best = float("inf")

@@ -1,9 +1,7 @@
 """Properties of the Transformer that a wrong implementation would break."""
 
-import contextlib
 import copy as copy_module
 import io
-import unittest.mock
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer, inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
-from attn_cli.model.linear import PACKED_MAX_ROWS, Linear, PackedWeight
+from attn_cli.model.linear import PACKED_MAX_ROWS, Linear, PackedWeight, without_packed_weights
 from attn_cli.tokenizer import BOS_ID, PAD_ID
 
 from conftest import random_source, small_model
@@ -134,6 +132,7 @@ def test_the_output_matrix_follows_weight_updates_in_evaluation():
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, model(src, tgt), atol=1e-5, rtol=1e-5)  # training uses the live view
 
+
 def _copy_holders(model):
     return [module for module in model.modules() if isinstance(module, (Linear, Transformer))]
 
@@ -191,7 +190,7 @@ def test_the_weight_copies_are_dropped_when_the_weights_may_change_unseen(change
         plain = model(src, torch.randint(4, 50, (2, 3)))
     # The searches run inside inference_weights; without it they must decode the same tokens.
     with_copies = greedy_decode(model, src, exact_steps=6)
-    with unittest.mock.patch("attn_cli.model.linear.inference_weights", lambda model: contextlib.nullcontext()):
+    with without_packed_weights():
         without = greedy_decode(model, src, exact_steps=6)
     assert with_copies == without and plain.isfinite().all()
 
