@@ -3,11 +3,13 @@
 import pytest
 import torch
 
+from attn_cli.beam import beam_search
 from attn_cli.data import Example, collate
-from attn_cli.decode import greedy_decode
+from attn_cli.decode import greedy_decode, greedy_search
+from attn_cli.model.attention import MultiHeadAttention
 from attn_cli.tokenizer import BOS_ID
 
-from conftest import random_source, small_model
+from conftest import lively_model, random_source, small_model
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned")])
@@ -127,3 +129,61 @@ def test_the_cache_grows_and_reorders_without_changing_any_logit():
                 rows = torch.tensor([2, 0, 1])
                 cache.select(rows, source_rows=rows)
                 prefix, encoded = prefix[rows], encoded.select(rows)
+
+
+def _fold_cross_attention(monkeypatch, fold: bool) -> None:
+    monkeypatch.setattr(MultiHeadAttention, "folding_pays", lambda self, sources, source_length: fold)
+
+
+def _teacher_forced_cached_logits(model, src, copies, steps, targets):
+    """Cached logits for fixed target tokens, g = `copies` rows per source as in a beam; after step
+    3, source 1 leaves the batch."""
+    encoded, cache = model.encode(src), model.new_cache()
+    sources = list(range(src.shape[0]))
+    logits = []
+    for step in range(steps):
+        rows = torch.tensor(sources).repeat_interleave(copies)
+        logits.append(model.decode(targets[rows, step : step + 1], encoded, cache)[:, -1])
+        if step == 3:
+            kept_sources = torch.tensor([0, 2])
+            kept_rows = (kept_sources[:, None] * copies + torch.arange(copies)).flatten()
+            cache.select(kept_rows, source_rows=kept_sources)
+            encoded, sources = encoded.select(kept_sources), [0, 2]
+    return logits, cache
+
+
+@pytest.mark.parametrize("copies", [1, 3])
+def test_folded_cross_attention_gives_the_plain_logits(monkeypatch, copies):
+    """Padded sources, several hypotheses per source, and a source leaving mid-search: folding the
+    projections into the keys and values changes the logits by rounding only (float64 here)."""
+    model = small_model().double()
+    src = random_source(3, 7, lengths=[7, 4, 6])
+    targets = torch.randint(4, 50, (3, 8))
+    results = {}
+    for fold in (True, False):
+        _fold_cross_attention(monkeypatch, fold)
+        results[fold], cache = _teacher_forced_cached_logits(model, src, copies, 8, targets)
+        assert (cache.layers[0].folded_cross is not None) == fold
+    for folded, plain in zip(results[True], results[False]):
+        torch.testing.assert_close(folded, plain, atol=1e-10, rtol=0)
+
+
+def test_searches_give_the_same_results_with_folded_cross_attention(monkeypatch):
+    model = lively_model(2)
+    src = random_source(4, 8, lengths=[8, 3, 6, 5])
+    results = {}
+    for fold in (True, False):
+        _fold_cross_attention(monkeypatch, fold)
+        results[fold] = (greedy_search(model, src), beam_search(model, src, beam_size=4, alpha=0.6, n_best=4))
+    for folded_hypotheses, plain_hypotheses in zip(sum(results[True], []), sum(results[False], [])):
+        assert [h.tokens for h in folded_hypotheses] == [h.tokens for h in plain_hypotheses]
+        assert [h.score for h in folded_hypotheses] == pytest.approx([h.score for h in plain_hypotheses], abs=1e-4)
+    lengths = [len(hypotheses[0].tokens) for hypotheses in results[True][0]]
+    assert min(lengths) < max(lengths), "sentences should leave the batch at different steps"
+
+
+def test_cross_attention_is_folded_for_a_sentence_or_two_and_not_for_a_batch():
+    """At the base size with 20-token sources, folding reads fewer numbers for up to 3 sentences."""
+    attention = MultiHeadAttention(512, 8, cross=True)
+    assert attention.folding_pays(1, 20) and attention.folding_pays(3, 20)
+    assert not attention.folding_pays(4, 20) and not attention.folding_pays(32, 20) and not attention.folding_pays(1, 80)

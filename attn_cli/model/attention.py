@@ -9,6 +9,7 @@ decoder cross-attention. Masks follow one convention everywhere: boolean, True =
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -34,6 +35,21 @@ def _fused_kernel_is_slow(q: torch.Tensor) -> bool:
     at translation lengths (measured with 160 x 4 heads x 24 x 64 on 2 cores), so bf16 on the CPU
     takes the explicit path. Both paths compute the same function."""
     return q.device.type == "cpu" and q.dtype == torch.bfloat16
+
+
+@dataclass
+class FoldedCrossAttention:
+    """One decoder layer's cross-attention for a search, its query and output projections folded
+    into the cached keys and values of each source sentence (see `MultiHeadAttention.fold`)."""
+
+    scores_weight: torch.Tensor  # (B, D, heads*S): x @ this + scores_bias = each head's scaled scores
+    scores_bias: torch.Tensor  # (B, 1, heads*S), -inf at padded source positions
+    values_out: torch.Tensor  # (B, heads*S, D): weights @ this + the output bias = the output
+    heads: int
+
+    def select(self, rows: torch.Tensor) -> "FoldedCrossAttention":
+        return FoldedCrossAttention(self.scores_weight.index_select(0, rows), self.scores_bias.index_select(0, rows),
+                                    self.values_out.index_select(0, rows), self.heads)
 
 
 class MultiHeadAttention(nn.Module):
@@ -83,6 +99,9 @@ class MultiHeadAttention(nn.Module):
         if (memory is not None) != self.cross:
             raise ValueError("cross-attention needs `memory` and self-attention takes none")
         if self.cross:
+            if cache is not None and not need_weights and not self.training and self.folding_pays(*memory.shape[:2]):
+                folded = cache.cross_folded(lambda: self.fold(*cache.cross_keys_values(lambda: self.keys_values(memory)), mask))
+                return self._attend_folded(query, folded), None
             (q,) = self._split(self.q_proj.project(query), 1)
             if cache is not None:
                 k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
@@ -114,6 +133,52 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         # Direct calls rather than module calls: a decoding step is short enough for dispatch to show.
         return self.out_proj.project(out), weights
+
+    def folding_pays(self, sources: int, source_length: int) -> bool:
+        """Whether a decoding step reads fewer numbers with the projections folded into the keys and
+        values: the plain step reads the query and output weights (2 D^2) and the cached keys and
+        values (2 B S D), the folded one two (B, heads*S, D) matrices. That holds for a sentence or
+        two at a time (base size, 20-token sources: up to 3), where decoding is bound by reading
+        weights; in a large batch the folded matrices would outweigh the weights."""
+        d_model = self.num_heads * self.head_dim
+        return sources * source_length * (self.num_heads - 1) < d_model
+
+    def fold(self, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor]) -> FoldedCrossAttention:
+        """Fold the query and output projections into one search's cross-attention keys and values
+        (B, heads, S, d_head), once per source, so that each step costs two matrix products.
+
+        Per head h, with q_h = x Wq_h^T + bq_h (Wq_h: the head's d_head rows of Wq):
+            q_h k_h^T = x (k_h Wq_h)^T + k_h bq_h,
+        an (S, D) matrix and an S-vector; and the output projection of the heads' results is
+            sum_h (weights_h v_h) Wo_h^T + bo = sum_h weights_h (v_h Wo_h^T) + bo,
+        with Wo_h the head's d_head columns of Wo: another (S, D) matrix. The padding mask becomes
+        -inf in the score bias. The same function, rounded differently."""
+        sources, heads, length, head_dim = keys.shape
+        d_model = heads * head_dim
+        scale = 1.0 / math.sqrt(head_dim)
+        q_weight = self.q_proj.weight.view(heads, head_dim, d_model)
+        # (B, heads, S, d_head) @ (heads, d_head, D) -> (B, heads, S, D) -> (B, D, heads*S)
+        scores_weight = (keys @ q_weight).mul_(scale).reshape(sources, heads * length, d_model).transpose(1, 2)
+        # (B, heads, S, d_head) @ (heads, d_head, 1) -> (B, 1, heads*S)
+        scores_bias = (keys @ self.q_proj.bias.view(heads, head_dim, 1)).mul_(scale).reshape(sources, 1, heads * length)
+        if mask is not None:  # (B, 1, 1, S) -> (B, 1, heads*S)
+            padded = ~mask.reshape(sources, 1, length).repeat(1, 1, heads)
+            scores_bias = scores_bias.masked_fill(padded, float("-inf"))
+        # Wo (D, heads*d_head) -> (heads, d_head, D); (B, heads, S, d_head) @ that -> (B, heads*S, D)
+        out_weight = self.out_proj.weight.view(d_model, heads, head_dim).permute(1, 2, 0)
+        values_out = (values @ out_weight).reshape(sources, heads * length, d_model)
+        return FoldedCrossAttention(scores_weight.contiguous(), scores_bias, values_out, heads)
+
+    def _attend_folded(self, query: torch.Tensor, folded: FoldedCrossAttention) -> torch.Tensor:
+        rows, length, d_model = query.shape
+        sources = folded.scores_weight.shape[0]
+        # (B*g, T, D) -> (B, g*T, D): the g hypotheses of a source share its folded matrices
+        x = query.reshape(sources, rows // sources * length, d_model)
+        scores = torch.baddbmm(folded.scores_bias, x, folded.scores_weight)  # (B, g*T, heads*S)
+        # softmax over each head's S scores: (B, g*T, heads*S) -> (B, g*T, heads, S) and back
+        weights = scores.view(sources, -1, folded.heads, scores.shape[-1] // folded.heads).softmax(dim=-1)
+        out = torch.baddbmm(self.out_proj.bias, weights.view(scores.shape), folded.values_out)  # (B, g*T, D)
+        return out.view(rows, length, d_model)
 
     def _unfold_copies(self, x: Optional[torch.Tensor], copies: int) -> Optional[torch.Tensor]:
         """(B, heads, g*T, X) -> (B*g, heads, T, X): undo the folding of hypotheses into queries."""

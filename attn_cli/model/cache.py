@@ -2,15 +2,19 @@
 
 Each decoder layer owns a `LayerCache`: its self-attention keys and values grow by one position
 per step, and its cross-attention keys and values are projected from the encoder output once per
-source sentence and reused at every step. Only the cache knows how to grow and how to select
+source sentence and reused at every step (with the query and output projections folded into them
+when a sentence or two is decoded at a time). Only the cache knows how to grow and how to select
 batch rows (dropping finished sentences, or reordering beams).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from attn_cli.model.attention import FoldedCrossAttention
 
 KeysValues = tuple[torch.Tensor, torch.Tensor]
 
@@ -32,6 +36,8 @@ class LayerCache:
         self._spares: list[Optional[torch.Tensor]] = [None, None]  # reordering targets for keys, values
         self.cross_keys: Optional[torch.Tensor] = None  # (sources, heads, S, d_head)
         self.cross_values: Optional[torch.Tensor] = None
+        # Made from the cross keys and values when a sentence or two is decoded (`MultiHeadAttention.fold`).
+        self.folded_cross: Optional["FoldedCrossAttention"] = None
 
     def append_self(self, keys: torch.Tensor, values: torch.Tensor) -> KeysValues:
         """Add this step's (B, heads, T, d_head) keys and values; returns all so far, same layout."""
@@ -60,6 +66,11 @@ class LayerCache:
             self.cross_keys, self.cross_values = project()
         return self.cross_keys, self.cross_values
 
+    def cross_folded(self, fold: Callable[[], "FoldedCrossAttention"]) -> "FoldedCrossAttention":
+        if self.folded_cross is None:
+            self.folded_cross = fold()
+        return self.folded_cross
+
     @property
     def rows(self) -> Optional[int]:
         """Rows of self-attention keys and values held; None before the first step."""
@@ -85,6 +96,8 @@ class LayerCache:
         if self.cross_keys is not None and source_rows is not None:
             self.cross_keys = self.cross_keys.index_select(0, source_rows)
             self.cross_values = self.cross_values.index_select(0, source_rows)
+        if self.folded_cross is not None and source_rows is not None:
+            self.folded_cross = self.folded_cross.select(source_rows)
 
     def _reordered(self, buffer: torch.Tensor, spare: Optional[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
         shape = (rows.shape[0], *buffer.shape[1:])
