@@ -11,6 +11,7 @@ and writes everything as JSON. Needs `transformers`; CTranslate2 is used where i
     python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
     python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
     python scripts/bench_decode.py --packing-ablation              # also ours without MKL-packed weights
+    python scripts/bench_decode.py --folding-ablation --sizes base --batch-sizes 1   # also ours without folded cross-attention
     python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
     python scripts/bench_decode.py --weight-layout --repeats 15 --json bench_results/layout.json   # linear.py's layouts
 """
@@ -38,6 +39,7 @@ from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from attn_cli.beam import beam_search
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer
+from attn_cli.model.attention import without_folded_cross_attention
 from attn_cli.model.linear import PACKED_FOR_ROWS, PACKED_MAX_ROWS, PackedWeight, mkl_packing_available, without_packed_weights
 from attn_cli.model.linear import linear as packed_or_stored
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -79,14 +81,19 @@ class Unavailable(Exception):
 class Ours:
     eos = EOS_ID
 
-    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True, packed: bool = True):
-        self.model, self.new_tokens, self.use_cache, self.packed = model, new_tokens, use_cache, packed
+    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True, packed: bool = True,
+                 folded: bool = True):
+        self.model, self.new_tokens, self.use_cache, self.packed, self.folded = model, new_tokens, use_cache, packed, folded
 
     def prepare(self, src: torch.Tensor) -> torch.Tensor:
         return src
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
-        with contextlib.nullcontext() if self.packed else without_packed_weights():
+        with contextlib.ExitStack() as switches:
+            if not self.packed:
+                switches.enter_context(without_packed_weights())
+            if not self.folded:
+                switches.enter_context(without_folded_cross_attention())
             return self._decode(src, beam_size)
 
     def _decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
@@ -290,6 +297,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
     if args.packing_ablation:
         torch_systems["ours_unpacked"] = Ours(torch_systems["ours"].model, args.new_tokens, packed=False)
+    if args.folding_ablation:
+        torch_systems["ours_unfolded"] = Ours(torch_systems["ours"].model, args.new_tokens, folded=False)
     for (mode, batch, src), case_results in zip(cases, results):
         case_results.update(measure_alternating(torch_systems, src, BEAM_SIZES[mode], args.new_tokens, args.repeats))
         for name in torch_systems:
@@ -315,7 +324,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     rows = [{"size": size, "mode": mode, "batch": batch, "results": case_results,
              "ours_over_hf": ratio(case_results, "ours", "hf"),
              "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32"),
-             "packed_over_unpacked": ratio(case_results, "ours", "ours_unpacked")}
+             "packed_over_unpacked": ratio(case_results, "ours", "ours_unpacked"),
+             "folded_over_unfolded": ratio(case_results, "ours", "ours_unfolded")}
             for (mode, batch, _), case_results in zip(cases, results)]
     return rows, info
 
@@ -331,13 +341,15 @@ def describe(result: dict) -> str:
 # --- reporting
 
 
-def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool) -> None:
+def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool, folding_ablation: bool) -> None:
     columns = [("size", 5), ("mode", 6), ("batch", 5), ("ours tok/s", 10), ("ours ms/sent", 12), ("HF tok/s", 9),
                ("HF ms/sent", 10), ("ours/HF", 7), ("CT2-f32 tok/s", 13), ("CT2-int8 tok/s", 14), ("ours/CT2-f32", 12)]
     if cache_ablation:
         columns.append(("uncached tok/s", 14))
     if packing_ablation:
         columns += [("unpacked tok/s", 14), ("packed/unpacked", 15)]
+    if folding_ablation:
+        columns += [("unfolded tok/s", 14), ("folded/unfolded", 15)]
     print("  ".join(f"{title:>{width}}" for title, width in columns))
     notes = {}
     for row in rows:
@@ -354,6 +366,8 @@ def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool) 
             cells.append(number(results["ours_uncached"], "tokens_per_s"))
         if packing_ablation:
             cells += [number(results["ours_unpacked"], "tokens_per_s"), times(ratio(results, "ours", "ours_unpacked"))]
+        if folding_ablation:
+            cells += [number(results["ours_unfolded"], "tokens_per_s"), times(ratio(results, "ours", "ours_unfolded"))]
         print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
     for note, cases in notes.items():
         print(f"n/a {note} ({', '.join(cases)})")
@@ -476,6 +490,8 @@ def main() -> None:
     parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
     parser.add_argument("--packing-ablation", action="store_true",
                         help="also time ours with nn.Linear's stored weights instead of MKL-packed copies")
+    parser.add_argument("--folding-ablation", action="store_true",
+                        help="also time ours without cross-attention's projections folded into its keys and values")
     parser.add_argument("--profile", action="store_true",
                         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
     parser.add_argument("--weight-layout", action="store_true",
@@ -502,7 +518,7 @@ def main() -> None:
         share = info["ct2_float32_greedy_agreement_with_hf"]
         if share is not None:
             print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
-    print_table(rows, args.cache_ablation, args.packing_ablation)
+    print_table(rows, args.cache_ablation, args.packing_ablation, args.folding_ablation)
     write_json(args.json, args, rows, sizes)
 
 

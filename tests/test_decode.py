@@ -1,12 +1,13 @@
 """The KV cache must change nothing but speed."""
 
+import contextlib
 import pytest
 import torch
 
 from attn_cli.beam import beam_search
 from attn_cli.data import Example, collate
 from attn_cli.decode import greedy_decode, greedy_search
-from attn_cli.model.attention import MultiHeadAttention
+from attn_cli.model.attention import MultiHeadAttention, without_folded_cross_attention
 from attn_cli.tokenizer import BOS_ID
 
 from conftest import lively_model, random_source, small_model
@@ -187,3 +188,14 @@ def test_cross_attention_is_folded_for_a_sentence_or_two_and_not_for_a_batch():
     attention = MultiHeadAttention(512, 8, cross=True)
     assert attention.folding_pays(1, 20) and attention.folding_pays(3, 20)
     assert not attention.folding_pays(4, 20) and not attention.folding_pays(32, 20) and not attention.folding_pays(1, 80)
+
+
+def test_folding_can_be_switched_off_for_a_comparison():
+    model = small_model()
+    src = random_source(1, 5)
+    assert model.decoder_layers[0].cross_attention.folding_pays(1, 5)
+    for switched_off in (False, True):
+        encoded, cache = model.encode(src), model.new_cache()
+        with without_folded_cross_attention() if switched_off else contextlib.nullcontext():
+            model.decode(torch.full((1, 1), BOS_ID), encoded, cache)
+        assert (cache.layers[0].folded_cross is None) == switched_off

@@ -9,8 +9,9 @@ decoder cross-attention. Masks follow one convention everywhere: boolean, True =
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,20 @@ def _fused_kernel_is_slow(q: torch.Tensor) -> bool:
     at translation lengths (measured with 160 x 4 heads x 24 x 64 on 2 cores), so bf16 on the CPU
     takes the explicit path. Both paths compute the same function."""
     return q.device.type == "cpu" and q.dtype == torch.bfloat16
+
+
+_folding_switched_off = False
+
+
+@contextmanager
+def without_folded_cross_attention() -> Iterator[None]:
+    """Decoding inside never folds cross-attention (`bench_decode.py --folding-ablation`)."""
+    global _folding_switched_off
+    before, _folding_switched_off = _folding_switched_off, True
+    try:
+        yield
+    finally:
+        _folding_switched_off = before
 
 
 @dataclass
@@ -141,7 +156,7 @@ class MultiHeadAttention(nn.Module):
         two at a time (base size, 20-token sources: up to 3), where decoding is bound by reading
         weights; in a large batch the folded matrices would outweigh the weights."""
         d_model = self.num_heads * self.head_dim
-        return sources * source_length * (self.num_heads - 1) < d_model
+        return not _folding_switched_off and sources * source_length * (self.num_heads - 1) < d_model
 
     def fold(self, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor]) -> FoldedCrossAttention:
         """Fold the query and output projections into one search's cross-attention keys and values
