@@ -1,6 +1,7 @@
 """The KV cache must change nothing but speed."""
 
 import contextlib
+
 import pytest
 import torch
 
