@@ -31,7 +31,7 @@ from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
 from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.tokenizer import Tokenizers
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep, adamw
 from attn_cli.translate import translate_sentences
 
 
@@ -157,8 +157,7 @@ class Trainer:
         self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
         if ranks.rank:
             set_seed(dropout_seed(cfg.train.seed, ranks.rank))
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
-                                           weight_decay=cfg.train.weight_decay)
+        self.optimizer = adamw(self.model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
         self.precision = resolve_precision(cfg.train.precision, self.device)
         self.scaler = self.precision.grad_scaler(self.device)

