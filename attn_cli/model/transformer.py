@@ -134,14 +134,18 @@ class Residual(nn.Module):
         self.pre_norm = pre_norm
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x) if self.pre_norm else x
+        return self._normalize(x) if self.pre_norm else x
 
     def leave(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.training and self.dropout > 0:
             x = dropout(out, self.dropout, residual=x)
         else:
             x = x + out
-        return x if self.pre_norm else self.norm(x)
+        return x if self.pre_norm else self._normalize(x)
+
+    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
+        norm = self.norm  # the functional call: a decoding step makes 3 per layer, and module calls show
+        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
 class EncoderLayer(nn.Module):
@@ -170,13 +174,13 @@ class DecoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
-        out, self_weights = self.self_attention(self.self_residual.enter(x), mask=self_mask, cache=cache,
+        out, self_weights = self.self_attention.forward(self.self_residual.enter(x), mask=self_mask, cache=cache,
                                                 need_weights=need_weights)
         x = self.self_residual.leave(x, out)
-        out, cross_weights = self.cross_attention(self.cross_residual.enter(x), memory, mask=memory_mask, cache=cache,
+        out, cross_weights = self.cross_attention.forward(self.cross_residual.enter(x), memory, mask=memory_mask, cache=cache,
                                                   need_weights=need_weights)
         x = self.cross_residual.leave(x, out)
-        x = self.feed_forward_residual.leave(x, self.feed_forward(self.feed_forward_residual.enter(x)))
+        x = self.feed_forward_residual.leave(x, self.feed_forward.forward(self.feed_forward_residual.enter(x)))
         return x, self_weights, cross_weights
 
 
