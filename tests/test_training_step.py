@@ -7,7 +7,7 @@ import torch
 from attn_cli import training_step
 from attn_cli.data import Example, collate
 from attn_cli.precision import resolve_precision
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep
+from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep, adamw
 
 from conftest import small_model
 
@@ -15,7 +15,7 @@ CPU = torch.device("cpu")
 
 
 def make_step(model, precision="fp32"):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer = adamw(model.parameters(), lr=1e-2)  # fused, as attn trains
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     chosen = resolve_precision(precision, CPU)
     return TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
