@@ -31,7 +31,8 @@ from attn_cli.resume import resume_config
 from attn_cli.rng import capture_rng_state, restore_rng_state
 from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.tokenizer import Tokenizers
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep, adamw
+from attn_cli.training_step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
+                                  adamw, load_optimizer_state)
 from attn_cli.translate import translate_sentences
 
 
@@ -157,7 +158,7 @@ class Trainer:
         self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
         if ranks.rank:
             set_seed(dropout_seed(cfg.train.seed, ranks.rank))
-        self.optimizer = adamw(self.model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay, self.device)
+        self.optimizer = adamw(self.model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
         self.precision = resolve_precision(cfg.train.precision, self.device)
         self.scaler = self.precision.grad_scaler(self.device)
@@ -222,7 +223,7 @@ class Trainer:
 
     def _restore(self, resumed: Checkpoint) -> None:
         state = resumed.training_state
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
             self.scaler.load_state_dict(state["grad_scaler"])

@@ -83,6 +83,8 @@ PRECISIONS = ("fp32", "bf16")
 DROPOUT = 0.1
 LABEL_SMOOTHING = 0.1
 CLIP_NORM = 1.0
+# The AdamW settings of the timed steps, for both systems: PyTorch's defaults.
+BETAS, WEIGHT_DECAY = (0.9, 0.999), 0.01
 
 
 # --- models
@@ -164,7 +166,7 @@ def time_steps_alternating(systems: dict, batches, precision: Precision, warmup:
     given, receives each timed step's minor page faults (memory the process touched for the first
     time since the system handed it out: fresh allocations the allocator mapped from the OS)."""
     # Both take the fused AdamW: attn's trainer uses it, and so does Transformers' Trainer by default.
-    optimizers = {name: adamw(model.parameters(), lr=1e-4) for name, (model, _) in systems.items()}
+    optimizers = {name: adamw(model.parameters(), 1e-4, BETAS, WEIGHT_DECAY) for name, (model, _) in systems.items()}
     for index in range(warmup):
         for name, (model, loss_of) in systems.items():
             one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
@@ -420,7 +422,7 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
     model.gradient_checkpointing = checkpointing
     rows = max(1, target_tokens // length)
     batch = random_batches(1, rows, length)[0]
-    optimizer = adamw(model.parameters(), lr=1e-4)
+    optimizer = adamw(model.parameters(), 1e-4, BETAS, WEIGHT_DECAY)
     setup_kib = peak_resident_kib()
     seconds = []
     for step in range(steps):
@@ -520,7 +522,7 @@ def profile_step(args: argparse.Namespace) -> None:
     rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
     batches = random_batches(4, rows, args.length)
     model = build_ours(SIZES[size])
-    optimizer = adamw(model.parameters(), lr=1e-4)
+    optimizer = adamw(model.parameters(), 1e-4, BETAS, WEIGHT_DECAY)
     for index in range(args.warmup):
         one_step(model, ours_loss, optimizer, batches[index % len(batches)], Precision(precision, ""))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:

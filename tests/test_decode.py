@@ -189,6 +189,18 @@ def test_cross_attention_is_folded_for_a_sentence_or_two_and_not_for_a_batch():
     attention = MultiHeadAttention(512, 8, cross=True)
     assert attention.folding_pays(1, 20) and attention.folding_pays(3, 20)
     assert not attention.folding_pays(4, 20) and not attention.folding_pays(32, 20) and not attention.folding_pays(1, 80)
+    # the boundary: 73 source tokens x 7 = 511 < 512 numbers per row, 74 x 7 = 518 are more
+    assert attention.folding_pays(1, 73) and not attention.folding_pays(1, 74)
+
+
+def test_a_model_in_training_mode_never_folds():
+    model = small_model()
+    src = random_source(1, 5)
+    for training in (False, True):
+        model.train(training)
+        encoded, cache = model.encode(src), model.new_cache()
+        model.decode(torch.full((1, 1), BOS_ID), encoded, cache)
+        assert (cache.layers[0].folded_cross is None) == training
 
 
 def test_folding_can_be_switched_off_for_a_comparison():

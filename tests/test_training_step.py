@@ -7,7 +7,8 @@ import torch
 from attn_cli import training_step
 from attn_cli.data import Example, collate
 from attn_cli.precision import resolve_precision
-from attn_cli.training_step import NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep, adamw
+from attn_cli.training_step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
+                                  adamw, load_optimizer_state)
 
 from conftest import small_model
 
@@ -15,7 +16,7 @@ CPU = torch.device("cpu")
 
 
 def make_step(model, precision="fp32"):
-    optimizer = adamw(model.parameters(), lr=1e-2)  # fused, as attn trains
+    optimizer = adamw(model.parameters(), 1e-2, (0.9, 0.999), 0.0)  # fused, as attn trains
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     chosen = resolve_precision(precision, CPU)
     return TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
@@ -97,3 +98,21 @@ def test_accumulating_two_batches_gives_the_update_of_their_union():
     assert abs(accumulated_result.loss - union_result.loss) < 1e-5
     for name, tensor in union.items():
         torch.testing.assert_close(accumulated[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_resumed_optimizer_keeps_the_fused_kernel_and_the_saved_moments():
+    """load_state_dict would take `fused` from the checkpoint: one saved by the plain AdamW loop
+    must still resume into the fused kernel, with its moments and step count."""
+    model = small_model()
+    plain = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(collate(random_examples(4, seed=1)).src, collate(random_examples(4, seed=1)).tgt_in).sum().backward()
+    plain.step()
+    resumed = adamw(model.parameters(), 1e-2, (0.9, 0.999), 0.01)
+    assert resumed.param_groups[0]["fused"]
+    load_optimizer_state(resumed, plain.state_dict())
+    assert resumed.param_groups[0]["fused"]
+    first = next(model.parameters())
+    assert torch.equal(resumed.state[first]["exp_avg"], plain.state[first]["exp_avg"])
+    assert float(resumed.state[first]["step"]) == 1.0
+    resumed.step()
+    assert float(resumed.state[first]["step"]) == 2.0

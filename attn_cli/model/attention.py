@@ -115,8 +115,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("cross-attention needs `memory` and self-attention takes none")
         if self.cross:
             if cache is not None and not need_weights and not self.training and self.folding_pays(*memory.shape[:2]):
-                folded = cache.cross_folded(lambda: self.fold(*cache.cross_keys_values(lambda: self.keys_values(memory)), mask))
-                return self._attend_folded(query, folded), None
+                def fold() -> FoldedCrossAttention:
+                    return self.fold(*cache.cross_keys_values(lambda: self.keys_values(memory)), mask)
+
+                return self._attend_folded(query, cache.cross_folded(fold)), None
             (q,) = self._split(self.q_proj.project(query), 1)
             if cache is not None:
                 k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
@@ -182,7 +184,7 @@ class MultiHeadAttention(nn.Module):
         # Wo (D, heads*d_head) -> (heads, d_head, D); (B, heads, S, d_head) @ that -> (B, heads*S, D)
         out_weight = self.out_proj.weight.view(d_model, heads, head_dim).permute(1, 2, 0)
         values_out = (values @ out_weight).reshape(sources, heads * length, d_model)
-        return FoldedCrossAttention(scores_weight.contiguous(), scores_bias, values_out, heads)
+        return FoldedCrossAttention(scores_weight, scores_bias, values_out, heads)
 
     def _attend_folded(self, query: torch.Tensor, folded: FoldedCrossAttention) -> torch.Tensor:
         rows, length, d_model = query.shape

@@ -175,10 +175,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
         out, self_weights = self.self_attention.forward(self.self_residual.enter(x), mask=self_mask, cache=cache,
-                                                need_weights=need_weights)
+                                                        need_weights=need_weights)
         x = self.self_residual.leave(x, out)
-        out, cross_weights = self.cross_attention.forward(self.cross_residual.enter(x), memory, mask=memory_mask, cache=cache,
-                                                  need_weights=need_weights)
+        out, cross_weights = self.cross_attention.forward(self.cross_residual.enter(x), memory, mask=memory_mask,
+                                                          cache=cache, need_weights=need_weights)
         x = self.cross_residual.leave(x, out)
         x = self.feed_forward_residual.leave(x, self.feed_forward.forward(self.feed_forward_residual.enter(x)))
         return x, self_weights, cross_weights
