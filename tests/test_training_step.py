@@ -105,7 +105,8 @@ def test_a_resumed_optimizer_keeps_the_fused_kernel_and_the_saved_moments():
     must still resume into the fused kernel, with its moments and step count."""
     model = small_model()
     plain = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(collate(random_examples(4, seed=1)).src, collate(random_examples(4, seed=1)).tgt_in).sum().backward()
+    batch = collate(random_examples(4, seed=1))
+    model(batch.src, batch.tgt_in).sum().backward()
     plain.step()
     resumed = adamw(model.parameters(), 1e-2, (0.9, 0.999), 0.01)
     assert resumed.param_groups[0]["fused"]

@@ -36,7 +36,8 @@ weight. The copies are kept between searches and remade when a weight changes: i
 version counter moves), or when it is replaced by another tensor (each copy keeps the tensor it
 packed, so a new one cannot reuse its address unseen), moved or cast, or the module is loaded or
 put back into training. An edit that bypasses the version counter (through `.data`, or a fused
-optimizer) in eval mode is not seen. Outside the context, on GPUs, under autocast, for weights
+optimizer) in eval mode is not seen; attn's trainer steps its fused AdamW in training mode, which
+drops the copies. Outside the context, on GPUs, under autocast, for weights
 that are not float32, and where PyTorch was built without MKL, the modules use their weights as
 they are. Parameters and checkpoints are those of `nn.Linear`.
 """
@@ -155,7 +156,8 @@ class Linear(InferenceCopies, nn.Linear):
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The forward pass, callable without module dispatch: a decoding step makes ~30 of these,
-        and at one row per step their Python overhead shows, so this path checks nothing."""
+        and at one row per step their Python overhead shows, so this path checks no more than
+        `linear` does."""
         return linear(x, self.weight, self.bias, self._active)
 
     def activate_inference_copies(self) -> None:

@@ -246,7 +246,7 @@ class Transformer(InferenceCopies):
         # The output projection is the target embedding matrix (weight tying), packed inside
         # `inference_weights`.
         hidden = self.decode_hidden(tgt_in, encoded, cache, attention)
-        return linear(hidden, self.tgt_embedding.weight, None, self._active_output)
+        return linear(hidden, self.output_weight, None, self._active_output)
 
     def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
                       attention: Optional[AttentionWeights] = None) -> torch.Tensor:
