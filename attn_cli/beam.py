@@ -19,12 +19,12 @@ from typing import Optional
 import torch
 
 from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
-from attn_cli.model import Transformer, with_inference_weights
+from attn_cli.model import Transformer, with_inference_context
 from attn_cli.tokenizer import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()
-@with_inference_weights
+@with_inference_context
 def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
                 exact_steps: Optional[int] = None) -> list[list[Hypothesis]]:

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from attn_cli.model import Transformer, with_inference_weights
+from attn_cli.model import Transformer, with_inference_context
 from attn_cli.model.transformer import Encoded
 from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -93,7 +93,7 @@ def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
 
 
 @torch.inference_mode()
-@with_inference_weights
+@with_inference_context
 def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   use_cache: bool = True, exact_steps: Optional[int] = None,
                   choose: TokenChooser = choose_most_likely, samples: int = 1,

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from attn_cli.data import Example, collate
+from attn_cli.beam import beam_search
 from attn_cli.decode import greedy_decode
 from attn_cli.model import Transformer, inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
+from attn_cli.model.lookups import plain_attribute_lookups
 from attn_cli.model.linear import PACKED_MAX_ROWS, Linear, PackedWeight, without_packed_weights
 from attn_cli.tokenizer import BOS_ID, PAD_ID
 
@@ -193,6 +195,51 @@ def test_the_weight_copies_are_dropped_when_the_weights_may_change_unseen(change
     with without_packed_weights():
         without = greedy_decode(model, src, exact_steps=6)
     assert with_copies == without and plain.isfinite().all()
+
+
+def _registered_names_in_instance_dicts(model):
+    """(module, name) of every parameter or submodule that is also a plain attribute of its module."""
+    return [(module, name) for module in model.modules()
+            for name in (*module._parameters, *module._modules) if name in module.__dict__]
+
+
+def test_plain_attribute_lookups_last_for_the_outer_search_and_leave_nothing_behind():
+    model = small_model().eval()
+    layer = model.decoder_layers[0]
+    norm_weight = layer.self_residual.norm.weight
+    with plain_attribute_lookups(model):
+        # Found in the instance dicts: Python's ordinary lookup never reaches nn.Module.__getattr__.
+        assert layer.__dict__["self_attention"] is layer.self_attention
+        assert layer.self_residual.norm.__dict__["weight"] is norm_weight
+        copied = len(_registered_names_in_instance_dicts(model))
+        assert copied == sum(len(module._parameters) + len(module._modules) for module in model.modules())
+        with plain_attribute_lookups(model):  # a search within a search leaves them to the outer one
+            pass
+        assert len(_registered_names_in_instance_dicts(model)) == copied
+        # An assignment inside replaces the copy, and the new parameter outlives the context.
+        replacement = torch.nn.Parameter(torch.ones_like(norm_weight))
+        layer.self_residual.norm.weight = replacement
+        assert layer.self_residual.norm.weight is replacement
+    assert _registered_names_in_instance_dicts(model) == []
+    assert layer.self_residual.norm.weight is replacement and layer.self_residual.norm._parameters["weight"] is replacement
+    with pytest.raises(RuntimeError, match="inside"), plain_attribute_lookups(model):
+        raise RuntimeError("a search failing inside")
+    assert _registered_names_in_instance_dicts(model) == []
+
+
+def test_a_model_decodes_after_searches_as_a_fresh_copy_of_it_does():
+    model = small_model(max_positions=8).eval()  # sinusoidal: the position table grows inside a search
+    src = random_source(2, 6)
+    first = greedy_decode(model, src, exact_steps=12), beam_search(model, src, beam_size=3, exact_steps=12)
+    assert _registered_names_in_instance_dicts(model) == []
+    assert all(linear._active is None for linear in model.modules() if isinstance(linear, Linear))
+    norm = model.decoder_layers[0].self_residual.norm
+    norm.weight = torch.nn.Parameter(torch.full_like(norm.weight, 2.0))  # replaced between searches
+    fresh = small_model(max_positions=8).eval()
+    fresh.load_state_dict(model.state_dict())
+    again = greedy_decode(model, src, exact_steps=12), beam_search(model, src, beam_size=3, exact_steps=12)
+    assert again == (greedy_decode(fresh, src, exact_steps=12), beam_search(fresh, src, beam_size=3, exact_steps=12))
+    assert again != first
 
 
 def _gradients_and_layer_calls(checkpointing: bool):

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -214,13 +214,3 @@ def inference_weights(model: nn.Module) -> Iterator[None]:
             holder.deactivate_inference_copies()
         model._inference_weights_active = False
 
-
-def with_inference_weights(search: Callable) -> Callable:
-    """Decorates a search whose first argument is the model: it runs inside `inference_weights`."""
-
-    @functools.wraps(search)
-    def wrapped(model: nn.Module, *args, **kwargs):
-        with inference_weights(model):
-            return search(model, *args, **kwargs)
-
-    return wrapped

@@ -118,7 +118,7 @@ class FeedForward(nn.Sequential):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Direct calls: each decoding step is short enough for module dispatch to show.
-        inner, outer = self[0], self[2]
+        inner, _, outer = self  # unpacked: indexing a Sequential walks its modules each time
         return outer.project(F.relu(inner.project(x)))
 
 
