@@ -87,10 +87,10 @@ def test_cache_reorders_in_place_or_by_copy_without_changing_any_logit(rows, in_
     prefix = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 10], [BOS_ID, 11, 12]])
     with torch.no_grad():
         model.decode(prefix, encoded, cache)
-        keys_before = cache.layers[0]._keys
+        keys_before = cache.layers[0]._history
         rows = torch.tensor(rows)
         cache.select(rows)
-        assert (cache.layers[0]._keys is keys_before) == in_place
+        assert (cache.layers[0]._history is keys_before) == in_place
         step = torch.arange(13, 13 + len(rows))[:, None]
         cached = model.decode(step, encoded, cache)[:, -1]
         full = model.decode(torch.cat([prefix[rows], step], dim=1), encoded.select(torch.zeros_like(rows)))[:, -1]

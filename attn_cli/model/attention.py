@@ -124,10 +124,13 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.cross_keys_values(lambda: self.keys_values(memory))
             else:
                 k, v = self.keys_values(memory)
+        elif cache is not None:
+            qkv = self.qkv_proj.project(query)  # (B, T, 3D): queries, keys, values
+            d_model = self.num_heads * self.head_dim
+            (q,) = self._split(qkv[..., :d_model], 1)
+            k, v = self._split(cache.append_self(qkv[..., d_model:]), 2)
         else:
             q, k, v = self._split(self.qkv_proj.project(query), 3)
-            if cache is not None:
-                k, v = cache.append_self(k, v)
 
         batch, _, length, _ = q.shape
         # Beam search decodes g = batch / sources hypotheses per source sentence against keys and
