@@ -2,16 +2,20 @@
 
 import copy as copy_module
 import io
+import sys
+import threading
+from unittest.mock import patch
 
 import pytest
 import torch
 
 from attn_cli.data import Example, collate
 from attn_cli.beam import beam_search
-from attn_cli.decode import greedy_decode
+from attn_cli.decode import greedy_decode, greedy_search
 from attn_cli.model import Transformer, inference_weights
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.lookups import plain_attribute_lookups
+from attn_cli.model.transformer import FeedForward
 from attn_cli.model.linear import PACKED_MAX_ROWS, Linear, PackedWeight, without_packed_weights
 from attn_cli.tokenizer import BOS_ID, PAD_ID
 
@@ -225,6 +229,81 @@ def test_plain_attribute_lookups_last_for_the_outer_search_and_leave_nothing_beh
     with pytest.raises(RuntimeError, match="inside"), plain_attribute_lookups(model):
         raise RuntimeError("a search failing inside")
     assert _registered_names_in_instance_dicts(model) == []
+    with plain_attribute_lookups(model):  # and the next search makes them again
+        assert len(_registered_names_in_instance_dicts(model)) == copied
+
+
+def test_every_search_runs_with_plain_lookups_and_threads_may_share_a_model():
+    model = small_model().eval()
+    layer = model.decoder_layers[0]
+    seen = []
+    decode = model.decode
+
+    def recording_decode(*args, **kwargs):
+        seen.append("self_attention" in layer.__dict__)
+        return decode(*args, **kwargs)
+
+    def recording_choice(log_probs):
+        seen.append("self_attention" in layer.__dict__)
+        return log_probs.argmax(dim=-1)
+
+    src = random_source(2, 5)
+    with patch.object(model, "decode", recording_decode):
+        greedy_decode(model, src, exact_steps=3)
+        beam_search(model, src, beam_size=3, exact_steps=3)
+    greedy_search(model, src, exact_steps=3, choose=recording_choice)
+    assert len(seen) == 9 and all(seen)
+    assert _registered_names_in_instance_dicts(model) == []
+
+    # Searches in several threads at once: the copies stay until the last one ends, and none fails.
+    errors, interval = [], sys.getswitchinterval()
+    expected = greedy_decode(model, src, exact_steps=2)
+
+    def search_repeatedly():
+        try:
+            for _ in range(40):
+                assert greedy_decode(model, src, exact_steps=2) == expected
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=search_repeatedly) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and _registered_names_in_instance_dicts(model) == []
+
+
+def test_a_model_copied_during_a_search_sheds_the_copies_at_its_own_next_search():
+    model = small_model().eval()
+    copies = []
+
+    def copy_then_choose(log_probs):
+        copies.append(copy_module.deepcopy(model))
+        return log_probs.argmax(dim=-1)
+
+    src = random_source(2, 5)
+    # Without packed weights: packed copies cannot be deep-copied, and a copy made in inference
+    # mode holds inference tensors, which have no version counter to pack by.
+    with without_packed_weights():
+        greedy_search(model, src, exact_steps=1, choose=copy_then_choose)
+        copied = copies[0]
+        assert _registered_names_in_instance_dicts(copied) != []  # carried over from the search
+        greedy_decode(copied, src, exact_steps=2)
+    assert _registered_names_in_instance_dicts(copied) == []
+    copied.decoder_norm.bias = None  # now seen, as in any module
+    assert copied.decoder_norm.bias is None
+
+
+def test_feed_forward_is_linear_relu_linear():
+    feed_forward = FeedForward(8, 16)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(feed_forward(x), torch.nn.Sequential.forward(feed_forward, x))
+    assert isinstance(feed_forward[1], torch.nn.ReLU)
 
 
 def test_a_model_decodes_after_searches_as_a_fresh_copy_of_it_does():
