@@ -222,7 +222,9 @@ class Transformer(InferenceCopies):
         return layer(*args, **kwargs)
 
     def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: nn.Module, start: int = 0) -> torch.Tensor:
-        x = embedding(ids) * self.embed_scale + positions(start, ids.shape[1]).to(embedding.weight.dtype)
+        # Functional and direct calls, not module calls: a decoding step embeds one token.
+        x = (F.embedding(ids, embedding.weight, embedding.padding_idx) * self.embed_scale
+             + positions.forward(start, ids.shape[1]).to(embedding.weight.dtype))
         return dropout(x, self.embedding_dropout) if self.training and self.embedding_dropout > 0 else x
 
     def encode(self, src: torch.Tensor, attention: Optional[AttentionWeights] = None) -> Encoded:
@@ -267,8 +269,11 @@ class Transformer(InferenceCopies):
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
-            x, self_weights, cross_weights = self._run_layer(layer, x, self_mask, encoded.memory, encoded.cross_attention_mask,
-                                                             layer_cache, need_weights=attention is not None)
+            args = (x, self_mask, encoded.memory, encoded.cross_attention_mask, layer_cache)
+            if cache is not None:  # a decoding step calls its layers directly: at one token a step, module calls show
+                x, self_weights, cross_weights = layer.forward(*args, need_weights=attention is not None)
+            else:
+                x, self_weights, cross_weights = self._run_layer(layer, *args, need_weights=attention is not None)
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
                 attention.setdefault("cross", []).append(cross_weights)
