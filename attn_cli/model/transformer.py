@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from attn_cli.config import ModelConfig
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.cache import KVCache, LayerCache
+from attn_cli.model.fused import fused_linear_relu_applies, linear_relu
 from attn_cli.model.linear import InferenceCopies, Linear, PackedWeight, linear
 from attn_cli.tokenizer import PAD_ID
 
@@ -119,6 +120,8 @@ class FeedForward(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Direct calls: each decoding step is short enough for module dispatch to show.
         inner, _, outer = self  # unpacked: indexing a Sequential walks its modules each time
+        if self.training and fused_linear_relu_applies(x, inner.weight):
+            return outer.project(linear_relu(x, inner.weight, inner.bias))  # see model/fused.py
         return outer.project(F.relu(inner.project(x)))
 
 
