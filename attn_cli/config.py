@@ -171,7 +171,7 @@ class TrainConfig:
     keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
     log_every: int = 10
-    max_nonfinite_steps: int = 20  # this many non-finite losses in a row stop the run
+    max_nonfinite_steps: int = 20  # this many updates in a row skipped for a non-finite loss or gradients stop the run
     compile: bool = False  # torch.compile the training forward; checkpoints and decoding use the plain module
     gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
 

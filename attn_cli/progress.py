@@ -31,7 +31,7 @@ class TrainingStatus:
     elapsed: float
     eta: Optional[float]
     best: str = ""
-    skipped: int = 0  # steps skipped for a non-finite loss
+    skipped: int = 0  # updates skipped for a non-finite loss or gradients
 
 
     @property

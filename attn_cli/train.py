@@ -244,7 +244,7 @@ class Trainer:
     # -- one step -------------------------------------------------------------------------------
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        """One update; a non-finite loss skips it (and counts towards stopping), leaving `step` as it was."""
+        """One update; a non-finite loss or gradient norm skips it (and counts towards stopping), leaving `step` as it was."""
         result = self.update(batches)
         self.nonfinite.record(result, self.step)
         if result.applied:

@@ -1,5 +1,5 @@
 """One optimizer update: forward and backward under the precision's autocast, gradient scaling,
-clipping, the optimizer and schedule steps, and the guard against non-finite losses."""
+clipping, the optimizer and schedule steps, and the guard against non-finite losses and gradients."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ class TrainingObjective(nn.Module):
 
 @dataclass
 class StepResult:
-    loss: float  # mean loss per target token; nan or inf when the step was skipped
+    loss: float  # mean loss per target token
     target_tokens: int
-    applied: bool  # False: the loss was not finite, and the parameters were left as they were
+    applied: bool  # False: the loss or (with clipping) the gradients were not finite; parameters untouched
 
 
 class TrainingStep:
@@ -114,7 +114,13 @@ class TrainingStep:
             return StepResult(loss_total / tokens, tokens, applied=False)
         if self.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+            # A finite loss can still have non-finite gradients (an overflow in the backward). In
+            # fp16 the scaler skips those updates and lowers its scale; otherwise they are skipped
+            # here. The gradients are already summed over processes, so every process decides alike.
+            if not self.scaler.is_enabled() and not math.isfinite(norm.item()):
+                self.optimizer.zero_grad(set_to_none=True)
+                return StepResult(loss_total / tokens, tokens, applied=False)
         self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
         self.scaler.update()
         self.scheduler.step()
@@ -138,6 +144,6 @@ class NonfiniteGuard:
         self.total += 1
         if self.in_a_row >= self.limit:
             raise TrainingDiverged(
-                f"training stopped: {self.in_a_row} steps in a row had a non-finite loss (after step {step:,}; "
+                f"training stopped: {self.in_a_row} steps in a row had a non-finite loss or gradients (after step {step:,}; "
                 f"train.max_nonfinite_steps={self.limit}); lower train.lr, use train.precision: bf16 or fp32 "
                 f"instead of fp16, or raise train.warmup_steps")

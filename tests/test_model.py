@@ -326,6 +326,39 @@ def test_training_feed_forward_takes_the_fused_path_with_the_plain_values_and_gr
         torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+@pytest.mark.parametrize("wants", [(True, True, True), (True, False, False), (False, True, False), (False, False, True)])
+@pytest.mark.parametrize("shape", [(4, 6, 16), (0, 16), "transposed"])
+def test_linear_relu_matches_the_plain_layer_for_any_inputs_and_gradients_wanted(wants, shape):
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 7, generator=generator).t() if shape == "transposed" else torch.randn(shape, generator=generator)
+    inputs = [x, torch.randn(32, 16, generator=generator), torch.randn(32, generator=generator)]
+    inputs = [tensor.requires_grad_(wanted) for tensor, wanted in zip(inputs, wants)]
+    fused, plain = linear_relu(*inputs), torch.relu(torch.nn.functional.linear(*inputs))
+    torch.testing.assert_close(fused, plain)
+    wanted = [tensor for tensor in inputs if tensor.requires_grad]
+    grad = torch.randn(plain.shape, generator=generator)
+    for got, expected in zip(torch.autograd.grad(fused, wanted, grad), torch.autograd.grad(plain, wanted, grad)):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+def test_linear_relu_refuses_double_backward_rather_than_giving_wrong_second_derivatives():
+    x, weight, bias = (torch.randn(shape, requires_grad=True) for shape in ((3, 4), (5, 4), (5,)))
+    gradients = torch.autograd.grad(linear_relu(x, weight, bias).square().sum(), (x, weight), create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        sum(gradient.sum() for gradient in gradients).backward()
+
+
+def test_a_compiled_feed_forward_keeps_the_plain_path():
+    feed_forward = FeedForward(8, 16).train()
+    x = torch.randn(3, 8)
+    compiled = torch.compile(feed_forward, backend="eager")
+    with patch("attn_cli.model.transformer.linear_relu", side_effect=AssertionError("fused path taken")):
+        torch.testing.assert_close(compiled(x), torch.nn.Sequential.forward(feed_forward, x))
+
+
+@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
 def test_linear_relu_gradients_pass_gradcheck():
     x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)

@@ -1,6 +1,8 @@
 """One optimizer update: a non-finite loss skips it without touching the parameters, and too many
 in a row stop training with advice."""
 
+import math
+
 import pytest
 import torch
 
@@ -53,6 +55,20 @@ def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch
     monkeypatch.setattr(training_step, "projected_label_smoothed_loss", real_loss)
     assert step([collate(random_examples(6, seed=0))]).applied
     assert not torch.equal(before["tgt_embedding.weight"], model.state_dict()["tgt_embedding.weight"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_non_finite_gradients_of_a_finite_loss_skip_the_update(precision):
+    model = small_model()
+    step = make_step(model, precision)
+    before = parameters_of(model)
+    hook = model.decoder_layers[0].feed_forward[0].bias.register_hook(lambda grad: grad * float("inf"))
+    result = step([collate(random_examples(6, seed=0))])
+    assert math.isfinite(result.loss) and not result.applied
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters()) and step.scheduler.last_epoch == 0
+    hook.remove()
+    assert step([collate(random_examples(6, seed=0))]).applied
 
 
 def test_fp16_updates_through_the_gradient_scaler():
