@@ -259,63 +259,6 @@ def bench_step(args: argparse.Namespace) -> dict:
             "flops_formula": "6 * (linear + attention), see scripts/bench_train.py"}
 
 
-# --- part 5: the floor under our step
-
-
-def strip_to_matrix_products(model: Transformer) -> Transformer:
-    """`model` with its dropout, LayerNorms (inside the layers), ReLUs and biases deleted, in place;
-    `stripped_loss` also passes attention's values through. What is left: the matrix products, the
-    embeddings and positions, the residual additions, the final LayerNorms and the loss."""
-    model.embedding_dropout = 0.0
-    for module in model.modules():
-        if isinstance(module, Residual):
-            module.dropout = 0.0
-            module._normalize = lambda x: x
-        elif isinstance(module, FeedForward):
-            inner, _, outer = module
-            module.forward = lambda x, inner=inner, outer=outer: outer.project(inner.project(x))
-        elif isinstance(module, Linear):
-            module.bias = None
-    return model
-
-
-def stripped_loss(model: Transformer, batch) -> torch.Tensor:
-    # Attention is replaced only while this model runs its forward; the systems take turns.
-    with mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", lambda q, k, v, **_: v):
-        return ours_loss(model, batch)
-
-
-def bench_floor(args: argparse.Namespace, step_report: dict | None) -> dict:
-    hf_seconds = {(row["size"], row["precision"]): row["hf"]["seconds_per_step"]
-                  for row in (step_report or {}).get("results", [])}
-    rows_out = []
-    for size in args.sizes:
-        rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
-        batches = random_batches(4, rows, args.length)
-        for precision in args.precisions:
-            systems = {"ours": (build_ours(SIZES[size]), ours_loss),
-                       "stripped": (strip_to_matrix_products(build_ours(SIZES[size])), stripped_loss)}
-            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps)
-            row = {"size": size, "precision": precision, "target_tokens_per_step": rows * args.length,
-                   **{f"{name}_seconds_per_step": statistics.median(times) for name, times in timings.items()}}
-            row["removable_share"] = 1 - row["stripped_seconds_per_step"] / row["ours_seconds_per_step"]
-            if (size, precision) in hf_seconds:
-                row["hf_seconds_per_step_in_step_part"] = hf_seconds[size, precision]
-                row["stripped_over_hf"] = hf_seconds[size, precision] / row["stripped_seconds_per_step"]
-            rows_out.append(row)
-            del systems
-    print(f"\nfloor: our step against a copy without dropout, LayerNorm, ReLU, biases and attention, median of "
-          f"{args.steps} after {args.warmup} warm-up, alternating, {args.threads} threads")
-    print(f"{'size':<6} {'prec':<5} {'ours s':>7} {'stripped s':>11} {'removable':>10} {'HF s (step part)':>17} "
-          f"{'stripped/HF':>12}")
-    for row in rows_out:
-        hf = row.get("hf_seconds_per_step_in_step_part")
-        hf_text, ratio_text = (f"{hf:.3f}", f"{row['stripped_over_hf']:.2f}x") if hf else ("-", "-")
-        print(f"{row['size']:<6} {row['precision']:<5} {row['ours_seconds_per_step']:>7.3f} "
-              f"{row['stripped_seconds_per_step']:>11.3f} {row['removable_share']:>10.1%} {hf_text:>17} {ratio_text:>12}")
-    return {"results": rows_out}
-
-
 # --- part 2: one epoch of Tatoeba
 
 
@@ -579,6 +522,63 @@ def bench_loss(args: argparse.Namespace) -> dict:
     for row in rows_out:
         print(f"{row['size']:<6} {row['precision']:<5} {row['tokens']:>7,} {row['logits']:>9.3f} "
               f"{row['projected']:>12.3f} {row['logits_over_projected']:>8.2f}x")
+    return {"results": rows_out}
+
+
+# --- part 5: the floor under our step
+
+
+def strip_to_matrix_products(model: Transformer) -> Transformer:
+    """`model` with its dropout, LayerNorms (inside the layers), ReLUs and biases deleted, in place;
+    `stripped_loss` also passes attention's values through. What is left: the matrix products, the
+    embeddings and positions, the residual additions, the final LayerNorms and the loss."""
+    model.embedding_dropout = 0.0
+    for module in model.modules():
+        if isinstance(module, Residual):
+            module.dropout = 0.0
+            module._normalize = lambda x: x
+        elif isinstance(module, FeedForward):
+            inner, _, outer = module
+            module.forward = lambda x, inner=inner, outer=outer: outer.project(inner.project(x))
+        elif isinstance(module, Linear):
+            module.bias = None
+    return model
+
+
+def stripped_loss(model: Transformer, batch) -> torch.Tensor:
+    # Attention is replaced only while this model runs its forward; the systems take turns.
+    with mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", lambda q, k, v, **_: v):
+        return ours_loss(model, batch)
+
+
+def bench_floor(args: argparse.Namespace, step_report: dict | None) -> dict:
+    hf_seconds = {(row["size"], row["precision"]): row["hf"]["seconds_per_step"]
+                  for row in (step_report or {}).get("results", [])}
+    rows_out = []
+    for size in args.sizes:
+        rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
+        batches = random_batches(4, rows, args.length)
+        for precision in args.precisions:
+            systems = {"ours": (build_ours(SIZES[size]), ours_loss),
+                       "stripped": (strip_to_matrix_products(build_ours(SIZES[size])), stripped_loss)}
+            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps)
+            row = {"size": size, "precision": precision, "target_tokens_per_step": rows * args.length,
+                   **{f"{name}_seconds_per_step": statistics.median(times) for name, times in timings.items()}}
+            row["removable_share"] = 1 - row["stripped_seconds_per_step"] / row["ours_seconds_per_step"]
+            if (size, precision) in hf_seconds:
+                row["hf_seconds_per_step_in_step_part"] = hf_seconds[size, precision]
+                row["stripped_over_hf"] = hf_seconds[size, precision] / row["stripped_seconds_per_step"]
+            rows_out.append(row)
+            del systems
+    print(f"\nfloor: our step against a copy without dropout, LayerNorm, ReLU, biases and attention, median of "
+          f"{args.steps} after {args.warmup} warm-up, alternating, {args.threads} threads")
+    print(f"{'size':<6} {'prec':<5} {'ours s':>7} {'stripped s':>11} {'removable':>10} {'HF s (step part)':>17} "
+          f"{'stripped/HF':>12}")
+    for row in rows_out:
+        hf = row.get("hf_seconds_per_step_in_step_part")
+        hf_text, ratio_text = (f"{hf:.3f}", f"{row['stripped_over_hf']:.2f}x") if hf else ("-", "-")
+        print(f"{row['size']:<6} {row['precision']:<5} {row['ours_seconds_per_step']:>7.3f} "
+              f"{row['stripped_seconds_per_step']:>11.3f} {row['removable_share']:>10.1%} {hf_text:>17} {ratio_text:>12}")
     return {"results": rows_out}
 
 

@@ -300,6 +300,10 @@ def test_a_model_copied_during_a_search_sheds_the_copies_at_its_own_next_search(
     assert copied.decoder_norm.bias is None
 
 
+needs_onednn_linear = pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)),
+                                         reason="this PyTorch has no usable oneDNN linear")
+
+
 def test_feed_forward_is_linear_relu_linear():
     feed_forward = FeedForward(8, 16)
     x = torch.randn(3, 8)
@@ -307,7 +311,7 @@ def test_feed_forward_is_linear_relu_linear():
     assert isinstance(feed_forward[1], torch.nn.ReLU)
 
 
-@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+@needs_onednn_linear
 def test_training_feed_forward_takes_the_fused_path_with_the_plain_values_and_gradients():
     torch.manual_seed(0)
     feed_forward = FeedForward(16, 64).train()
@@ -326,7 +330,7 @@ def test_training_feed_forward_takes_the_fused_path_with_the_plain_values_and_gr
         torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+@needs_onednn_linear
 @pytest.mark.parametrize("wants", [(True, True, True), (True, False, False), (False, True, False), (False, False, True)])
 @pytest.mark.parametrize("shape", [(4, 6, 16), (0, 16), "transposed"])
 def test_linear_relu_matches_the_plain_layer_for_any_inputs_and_gradients_wanted(wants, shape):
@@ -342,7 +346,7 @@ def test_linear_relu_matches_the_plain_layer_for_any_inputs_and_gradients_wanted
         torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+@needs_onednn_linear
 def test_linear_relu_refuses_double_backward_rather_than_giving_wrong_second_derivatives():
     x, weight, bias = (torch.randn(shape, requires_grad=True) for shape in ((3, 4), (5, 4), (5,)))
     gradients = torch.autograd.grad(linear_relu(x, weight, bias).square().sum(), (x, weight), create_graph=True)
@@ -358,7 +362,7 @@ def test_a_compiled_feed_forward_keeps_the_plain_path():
         torch.testing.assert_close(compiled(x), torch.nn.Sequential.forward(feed_forward, x))
 
 
-@pytest.mark.skipif(not fused_linear_relu_applies(torch.zeros(1), torch.zeros(1)), reason="no oneDNN linear here")
+@needs_onednn_linear
 def test_linear_relu_gradients_pass_gradcheck():
     x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
