@@ -1,3 +1,3 @@
-from attn_cli.cli import main
+from attn_cli.cli.app import main
 
 main()

@@ -10,16 +10,12 @@ and writes everything as JSON. Needs `transformers`; CTranslate2 is used where i
     python scripts/bench_decode.py --sizes small --batch-sizes 1 --repeats 1   # a quick smoke test
     python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
     python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
-    python scripts/bench_decode.py --packing-ablation              # also ours without MKL-packed weights
-    python scripts/bench_decode.py --folding-ablation --sizes base --batch-sizes 1   # also ours without folded cross-attention
     python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
-    python scripts/bench_decode.py --weight-layout --repeats 15 --json bench_results/layout.json   # linear.py's layouts
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import itertools
 import json
@@ -30,19 +26,16 @@ import time
 from pathlib import Path
 
 import torch
-from bench_machine import machine_info, memory_read_gb_s  # scripts/ is on sys.path when a script runs
+from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
-from attn_cli.beam import beam_search
-from attn_cli.decode import greedy_decode
+from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.greedy import greedy_decode
 from attn_cli.model import Transformer
-from attn_cli.model.attention import without_folded_cross_attention
-from attn_cli.model.linear import PACKED_FOR_ROWS, PACKED_MAX_ROWS, PackedWeight, mkl_packing_available, without_packed_weights
-from attn_cli.model.linear import linear as packed_or_stored
-from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 try:
@@ -81,22 +74,13 @@ class Unavailable(Exception):
 class Ours:
     eos = EOS_ID
 
-    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True, packed: bool = True,
-                 folded: bool = True):
-        self.model, self.new_tokens, self.use_cache, self.packed, self.folded = model, new_tokens, use_cache, packed, folded
+    def __init__(self, model: Transformer, new_tokens: int, use_cache: bool = True):
+        self.model, self.new_tokens, self.use_cache = model, new_tokens, use_cache
 
     def prepare(self, src: torch.Tensor) -> torch.Tensor:
         return src
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
-        with contextlib.ExitStack() as switches:
-            if not self.packed:
-                switches.enter_context(without_packed_weights())
-            if not self.folded:
-                switches.enter_context(without_folded_cross_attention())
-            return self._decode(src, beam_size)
-
-    def _decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
         if beam_size == 1:
             return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
         if not self.use_cache:
@@ -295,10 +279,6 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
                                         "hf": HuggingFace(marian, args.new_tokens)}
     if args.cache_ablation:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
-    if args.packing_ablation:
-        torch_systems["ours_unpacked"] = Ours(torch_systems["ours"].model, args.new_tokens, packed=False)
-    if args.folding_ablation:
-        torch_systems["ours_unfolded"] = Ours(torch_systems["ours"].model, args.new_tokens, folded=False)
     for (mode, batch, src), case_results in zip(cases, results):
         case_results.update(measure_alternating(torch_systems, src, BEAM_SIZES[mode], args.new_tokens, args.repeats))
         for name in torch_systems:
@@ -323,9 +303,7 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             gc.collect()  # stops the translator's threads before anything else is timed
     rows = [{"size": size, "mode": mode, "batch": batch, "results": case_results,
              "ours_over_hf": ratio(case_results, "ours", "hf"),
-             "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32"),
-             "packed_over_unpacked": ratio(case_results, "ours", "ours_unpacked"),
-             "folded_over_unfolded": ratio(case_results, "ours", "ours_unfolded")}
+             "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32")}
             for (mode, batch, _), case_results in zip(cases, results)]
     return rows, info
 
@@ -341,15 +319,11 @@ def describe(result: dict) -> str:
 # --- reporting
 
 
-def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool, folding_ablation: bool) -> None:
+def print_table(rows: list[dict], cache_ablation: bool) -> None:
     columns = [("size", 5), ("mode", 6), ("batch", 5), ("ours tok/s", 10), ("ours ms/sent", 12), ("HF tok/s", 9),
                ("HF ms/sent", 10), ("ours/HF", 7), ("CT2-f32 tok/s", 13), ("CT2-int8 tok/s", 14), ("ours/CT2-f32", 12)]
     if cache_ablation:
         columns.append(("uncached tok/s", 14))
-    if packing_ablation:
-        columns += [("unpacked tok/s", 14), ("packed/unpacked", 15)]
-    if folding_ablation:
-        columns += [("unfolded tok/s", 14), ("folded/unfolded", 15)]
     print("  ".join(f"{title:>{width}}" for title, width in columns))
     notes = {}
     for row in rows:
@@ -364,10 +338,6 @@ def print_table(rows: list[dict], cache_ablation: bool, packing_ablation: bool, 
                  number(results["ct2_int8"], "tokens_per_s"), times(row["ours_over_ct2_float32"])]
         if cache_ablation:
             cells.append(number(results["ours_uncached"], "tokens_per_s"))
-        if packing_ablation:
-            cells += [number(results["ours_unpacked"], "tokens_per_s"), times(ratio(results, "ours", "ours_unpacked"))]
-        if folding_ablation:
-            cells += [number(results["ours_unfolded"], "tokens_per_s"), times(ratio(results, "ours", "ours_unfolded"))]
         print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
     for note, cases in notes.items():
         print(f"n/a {note} ({', '.join(cases)})")
@@ -410,73 +380,6 @@ def profile(args: argparse.Namespace) -> None:
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
-def weight_layout(args: argparse.Namespace) -> None:
-    """The weight layouts of `attn_cli/model/linear.py`: one decoding step's matrix products (every
-    decoder layer's q/k/v, attention output, cross-attention query and output and feed-forward,
-    then the output projection) with nn.Linear's stored (out, in) weights, with contiguous (in, out)
-    copies, with MKL-packed copies, and as attn multiplies (`linear`: packed up to PACKED_MAX_ROWS
-    rows), cycling through all of them so that they come from memory, not cache. Median ms of
-    --repeats rounds in which the layouts take turns, for the whole step and, per matrix shape,
-    how many times as fast the packed copy is as the better of the other two."""
-    if not mkl_packing_available():
-        sys.exit("this PyTorch has no MKL packing (torch.ops.mkl._mkl_linear): nothing to compare")
-    bandwidth = memory_read_gb_s()
-    print(f"memory read by {torch.get_num_threads()} threads: {bandwidth:.1f} GB/s")
-    rows_out = []
-    for size in args.sizes:
-        dims = SIZES[size]
-        d, f = dims["d_model"], dims["ffn_dim"]
-        shapes = [(d, 3 * d), (d, d), (d, d), (d, d), (d, f), (f, d)] * dims["layers"] + [(d, VOCAB)]  # (in, out)
-        weights = [torch.randn(out, inp) for inp, out in shapes]
-        transposed = [w.t().contiguous().t() for w in weights]
-        packed = [PackedWeight().of(w) for w in weights]
-        biases = [torch.randn(out) for _, out in shapes]
-        products = {
-            "stored": lambda x, i: torch.nn.functional.linear(x, weights[i], biases[i]),
-            "transposed": lambda x, i: torch.nn.functional.linear(x, transposed[i], biases[i]),
-            "packed": lambda x, i: torch.ops.mkl._mkl_linear(x, packed[i], weights[i], biases[i], x.shape[0]),
-            "attn": lambda x, i: packed_or_stored(x, weights[i], biases[i], packed[i]),
-        }
-        for rows in (1, 2, 3, 5, 8, 16, 32, 160, 640, 2048):
-            inputs = {width: torch.randn(rows, width) for width in (d, f)}
-            seconds: dict[str, list[float]] = {name: [] for name in products}
-            per_shape: dict[str, dict[tuple, list[float]]] = {name: {} for name in products}
-            for index in range(2 + args.repeats):
-                for name, product in products.items():
-                    shape_seconds: dict[tuple, float] = {}
-                    started = time.perf_counter()
-                    for matrix, shape in enumerate(shapes):
-                        matrix_started = time.perf_counter()
-                        product(inputs[shape[0]], matrix)
-                        shape_seconds[shape] = shape_seconds.get(shape, 0.0) + time.perf_counter() - matrix_started
-                    if index >= 2:
-                        seconds[name].append(time.perf_counter() - started)
-                        for shape, spent in shape_seconds.items():
-                            per_shape[name].setdefault(shape, []).append(spent)
-            row = {"size": size, "rows": rows, **{name: 1000 * statistics.median(t) for name, t in seconds.items()}}
-            weight_bytes = 4 * sum(inp * out for inp, out in shapes)
-            row["weight_mb"] = weight_bytes / 1e6
-            row["packed_weight_read_gb_s"] = weight_bytes / row["packed"] / 1e6  # weights once per step
-            row["packed_speedup"] = min(row["stored"], row["transposed"]) / row["packed"]
-            median = {name: {shape: statistics.median(t) for shape, t in by_shape.items()} for name, by_shape in per_shape.items()}
-            row["per_shape_packed_speedup"] = {
-                f"{inp}x{out}": min(median["stored"][(inp, out)], median["transposed"][(inp, out)]) / median["packed"][(inp, out)]
-                for inp, out in dict.fromkeys(shapes)}
-            rows_out.append(row)
-            by_shape = "  ".join(f"{name} {value:.2f}" for name, value in row["per_shape_packed_speedup"].items())
-            print(f"{size:<6} {rows:>4} rows: stored {row['stored']:7.2f} ms  transposed {row['transposed']:7.2f} ms  "
-                  f"packed {row['packed']:7.2f} ms  attn {row['attn']:7.2f} ms   packed {row['packed_speedup']:.2f}x as fast "
-                  f"as the better other ({row['packed_weight_read_gb_s']:.1f} GB/s of {row['weight_mb']:.0f} MB of weights); "
-                  f"per matrix (in x out): {by_shape}", flush=True)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"benchmark": "decoding-step matrix products by weight layout",
-                                           "machine": machine_info(), "threads": args.threads,
-                                           "packed_for_rows": PACKED_FOR_ROWS, "packed_max_rows": PACKED_MAX_ROWS,
-                                           "memory_read_gb_s": bandwidth,
-                                           "repeats": args.repeats, "results": rows_out}, indent=2))
-    print(f"wrote {args.json}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
@@ -488,14 +391,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads; CTranslate2 runs with 1 and with these")
     parser.add_argument("--json", default=str(REPO / "bench_results" / "decode.json"))
     parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
-    parser.add_argument("--packing-ablation", action="store_true",
-                        help="also time ours with nn.Linear's stored weights instead of MKL-packed copies")
-    parser.add_argument("--folding-ablation", action="store_true",
-                        help="also time ours without cross-attention's projections folded into its keys and values")
     parser.add_argument("--profile", action="store_true",
                         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
-    parser.add_argument("--weight-layout", action="store_true",
-                        help="only time one decoding step's matrix products with stored, transposed and MKL-packed weights")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -503,9 +400,6 @@ def main() -> None:
     transformers.logging.disable_progress_bar()
     if args.profile:
         profile(args)
-        return
-    if args.weight_layout:
-        weight_layout(args)
         return
 
     rows, sizes = [], {}
@@ -518,7 +412,7 @@ def main() -> None:
         share = info["ct2_float32_greedy_agreement_with_hf"]
         if share is not None:
             print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
-    print_table(rows, args.cache_ablation, args.packing_ablation, args.folding_ablation)
+    print_table(rows, args.cache_ablation)
     write_json(args.json, args, rows, sizes)
 
 

@@ -20,13 +20,7 @@ Three parts, each selectable with --parts:
           peak resident memory (VmHWM) after setup and after the steps is read; then the peak
           of live tensor bytes during one more step, from the profiler's allocation records.
   loss    The loss alone, forward and backward, at each size's step shape: our projected loss
-          (attn_cli/loss.py) against the logits and F.cross_entropy, alternating, fp32 and bf16.
-  floor   How fast our step could get without its work besides matrix products: ours against a
-          copy with every dropout, LayerNorm, ReLU and bias deleted and attention replaced by
-          passing the values through (the matrix products, embeddings, loss, clipping and AdamW
-          stay), alternating on the step part's batches. Not a model anyone should train: an
-          upper bound on what fusing or rewriting those operations could gain. With the step part
-          in the same run it also prints the stripped step's ratio to Transformers' step there.
+          (attn_cli/training/loss.py) against the logits and F.cross_entropy, alternating, fp32 and bf16.
 
 Step FLOPs, for B rows of S source and T target tokens, model width d, FFN width f, vocabulary V,
 Le encoder and Ld decoder layers (forward = 2 x multiply-adds; a training step = 3 x forward):
@@ -41,7 +35,6 @@ cross-attention keys and values are projected from the source tokens, 2d^2 each 
     python scripts/bench_train.py --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
     python scripts/bench_train.py --parts memory --memory-steps 3
     python scripts/bench_train.py --profile base fp32                 # where our step's time goes
-    python scripts/bench_train.py --parts step floor --precisions fp32  # the most removing non-matmul work could gain
     python scripts/bench_train.py --parts step --tune-malloc          # no system pays page faults per step
 Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
 """
@@ -62,7 +55,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
@@ -73,16 +65,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from attn_cli.config import load_config  # noqa: E402
-from attn_cli.data import Example, collate, filter_by_length, token_batches  # noqa: E402
+from attn_cli.data.batching import Example, collate, filter_by_length, token_batches  # noqa: E402
 from attn_cli.model import Transformer, build_model  # noqa: E402
-from attn_cli.model.linear import Linear  # noqa: E402
-from attn_cli.model.transformer import FeedForward, Residual  # noqa: E402
-from attn_cli.precision import Precision  # noqa: E402
-from attn_cli.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
-from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from attn_cli.train import encode_examples, inverse_sqrt_schedule  # noqa: E402
-from attn_cli.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
-from attn_cli.training_step import TrainingObjective, TrainingStep, adamw  # noqa: E402
+from attn_cli.training.precision import Precision  # noqa: E402
+from attn_cli.data.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from attn_cli.training.trainer import encode_examples, inverse_sqrt_schedule  # noqa: E402
+from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
+from attn_cli.training.step import TrainingObjective, TrainingStep, adamw  # noqa: E402
 
 VOCAB = 8000
 SIZES = {
@@ -525,63 +515,6 @@ def bench_loss(args: argparse.Namespace) -> dict:
     return {"results": rows_out}
 
 
-# --- part 5: the floor under our step
-
-
-def strip_to_matrix_products(model: Transformer) -> Transformer:
-    """`model` with its dropout, LayerNorms (inside the layers), ReLUs and biases deleted, in place;
-    `stripped_loss` also passes attention's values through. What is left: the matrix products, the
-    embeddings and positions, the residual additions, the final LayerNorms and the loss."""
-    model.embedding_dropout = 0.0
-    for module in model.modules():
-        if isinstance(module, Residual):
-            module.dropout = 0.0
-            module._normalize = lambda x: x
-        elif isinstance(module, FeedForward):
-            inner, _, outer = module
-            module.forward = lambda x, inner=inner, outer=outer: outer.project(inner.project(x))
-        elif isinstance(module, Linear):
-            module.bias = None
-    return model
-
-
-def stripped_loss(model: Transformer, batch) -> torch.Tensor:
-    # Attention is replaced only while this model runs its forward; the systems take turns.
-    with mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", lambda q, k, v, **_: v):
-        return ours_loss(model, batch)
-
-
-def bench_floor(args: argparse.Namespace, step_report: dict | None) -> dict:
-    hf_seconds = {(row["size"], row["precision"]): row["hf"]["seconds_per_step"]
-                  for row in (step_report or {}).get("results", [])}
-    rows_out = []
-    for size in args.sizes:
-        rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
-        batches = random_batches(4, rows, args.length)
-        for precision in args.precisions:
-            systems = {"ours": (build_ours(SIZES[size]), ours_loss),
-                       "stripped": (strip_to_matrix_products(build_ours(SIZES[size])), stripped_loss)}
-            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps)
-            row = {"size": size, "precision": precision, "target_tokens_per_step": rows * args.length,
-                   **{f"{name}_seconds_per_step": statistics.median(times) for name, times in timings.items()}}
-            row["removable_share"] = 1 - row["stripped_seconds_per_step"] / row["ours_seconds_per_step"]
-            if (size, precision) in hf_seconds:
-                row["hf_seconds_per_step_in_step_part"] = hf_seconds[size, precision]
-                row["stripped_over_hf"] = hf_seconds[size, precision] / row["stripped_seconds_per_step"]
-            rows_out.append(row)
-            del systems
-    print(f"\nfloor: our step against a copy without dropout, LayerNorm, ReLU, biases and attention, median of "
-          f"{args.steps} after {args.warmup} warm-up, alternating, {args.threads} threads")
-    print(f"{'size':<6} {'prec':<5} {'ours s':>7} {'stripped s':>11} {'removable':>10} {'HF s (step part)':>17} "
-          f"{'stripped/HF':>12}")
-    for row in rows_out:
-        hf = row.get("hf_seconds_per_step_in_step_part")
-        hf_text, ratio_text = (f"{hf:.3f}", f"{row['stripped_over_hf']:.2f}x") if hf else ("-", "-")
-        print(f"{row['size']:<6} {row['precision']:<5} {row['ours_seconds_per_step']:>7.3f} "
-              f"{row['stripped_seconds_per_step']:>11.3f} {row['removable_share']:>10.1%} {hf_text:>17} {ratio_text:>12}")
-    return {"results": rows_out}
-
-
 def profile_step(args: argparse.Namespace) -> None:
     """Our training step under torch.profiler: 3 steps after --warmup, the top ops by self CPU time,
     and the share of matrix products (mm, addmm, addmm_) in all of it."""
@@ -608,7 +541,7 @@ def profile_step(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory", "loss", "floor"],
+    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory", "loss"],
                         default=["step", "epoch", "memory", "loss"])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
@@ -662,8 +595,6 @@ def main() -> None:
         report["memory"] = bench_memory(args)
     if "loss" in args.parts:
         report["loss"] = bench_loss(args)
-    if "floor" in args.parts:
-        report["floor"] = bench_floor(args, report.get("step"))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -28,11 +28,11 @@ if not torch.cuda.is_available():
     print(f"gpu_check: no CUDA device visible to torch {torch.__version__}; nothing to check on this machine")
     sys.exit(0)
 
-from attn_cli.data import Example, collate, token_batches
+from attn_cli.data.batching import Example, collate, token_batches
 from attn_cli.model import Transformer
-from attn_cli.precision import Precision
-from attn_cli.train import inverse_sqrt_schedule
-from attn_cli.training_step import TrainingObjective, TrainingStep
+from attn_cli.training.precision import Precision
+from attn_cli.training.trainer import inverse_sqrt_schedule
+from attn_cli.training.step import TrainingObjective, TrainingStep
 
 STEPS, WARMUP, MAX_TOKENS = int(os.environ["STEPS"]), int(os.environ["WARMUP"]), int(os.environ["MAX_TOKENS"])
 if STEPS <= WARMUP:

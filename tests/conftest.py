@@ -23,7 +23,7 @@ def trained_run(tmp_path_factory):
         pytest.skip(f"corpus not found at {CORPUS}")
     from typer.testing import CliRunner
 
-    from attn_cli.cli import app
+    from attn_cli.cli.app import app
 
     run_dir = tmp_path_factory.mktemp("run")
     cwd = os.getcwd()

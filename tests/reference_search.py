@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits
-from attn_cli.tokenizer import BOS_ID, EOS_ID
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, next_token_log_probs, output_limits
+from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.no_grad()

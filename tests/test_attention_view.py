@@ -9,14 +9,14 @@ import torch
 from conftest import random_source, small_model
 from rich.console import Console
 
-from attn_cli.attention_view import (
+from attn_cli.decoding.attention_view import (
     KINDS,
     AttentionMaps,
     collect_attention,
     render_alignment,
     save_attention,
 )
-from attn_cli.tokenizer import BOS_ID
+from attn_cli.vocab import BOS_ID
 
 OUTPUT_IDS = [7, 11, 13, 17, 19]
 SOURCE_TOKENS = ["▁a", "[b]", "你", "好", "$$"]  # "[b]" is Rich markup, "$$" broken matplotlib mathtext

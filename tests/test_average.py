@@ -4,11 +4,11 @@ import dataclasses
 
 import torch
 
-from attn_cli.average import average_checkpoints, average_state_dicts
-from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+from attn_cli.training.average import average_checkpoints, average_state_dicts
+from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.paths import RunPaths
-from attn_cli.tokenizer import train_tokenizers
+from attn_cli.data.tokenizer import train_tokenizers
 
 from conftest import small_model
 

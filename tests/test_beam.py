@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from attn_cli.beam import beam_search
-from attn_cli.data import Example, collate
-from attn_cli.decode import greedy_search, sampler
+from attn_cli.decoding.beam import beam_search
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.greedy import greedy_search, sampler
 
 from conftest import lively_model, random_source
 from reference_search import reference_beam_search
@@ -132,19 +132,3 @@ def test_unscored_greedy_decoding_picks_the_same_tokens():
         unscored = greedy_search(model, src, max_len_a=1.0, max_len_b=5, scored=False)
         assert [h[0].tokens for h in unscored] == [h[0].tokens for h in scored]
         assert all(h[0].log_prob != h[0].log_prob for h in unscored)  # NaN: not computed
-
-
-def test_the_best_hypothesis_from_each_origin_keeps_the_origins_cache_row():
-    from attn_cli.beam import _rows_kept_in_place
-
-    generator = torch.Generator().manual_seed(0)
-    for k in (1, 2, 5, 8):
-        for _ in range(50):
-            origins = torch.randint(0, k, (k,), generator=generator).tolist()  # ranked best first
-            taker = _rows_kept_in_place(origins)  # for each row, the hypothesis that takes it
-            assert sorted(taker) == list(range(k))  # a permutation
-            for row in set(origins):
-                assert taker[row] == origins.index(row)  # the best from a row continues in it
-            # The rest, in the rows no hypothesis continues, fill them in rank order.
-            others = [hypothesis for row, hypothesis in enumerate(taker) if origins[hypothesis] != row]
-            assert others == sorted(others)

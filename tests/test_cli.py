@@ -8,7 +8,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 
 from conftest import CORPUS, REPO
 
@@ -93,8 +93,8 @@ def test_console_script_shows_help_with_examples():
 
 
 def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
-    from attn_cli.checkpoint import load_checkpoint
-    from attn_cli.train import Trainer
+    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.training.trainer import Trainer
 
     real_step = Trainer.train_step
 
@@ -136,7 +136,7 @@ def varied_checkpoint(trained_run, tmp_path_factory):
     weights give each input its own output."""
     import torch
 
-    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
     from attn_cli.model import build_model
 
     loaded = load_checkpoint(trained_run / "checkpoints" / "best.pt")
@@ -217,7 +217,7 @@ def test_bad_decode_flags_are_one_line_naming_the_flags(varied_checkpoint):
 
 
 def test_attention_out_matches_the_translation_tokens(varied_checkpoint, tmp_path):
-    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.training.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(varied_checkpoint)
     layers, heads = loaded.config.model.decoder_layers, loaded.config.model.num_heads
@@ -254,7 +254,7 @@ def torch_tensor(values):
 
 
 def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoint):
-    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.training.checkpoint import load_checkpoint
 
     plain = translate_ok(varied_checkpoint, SENTENCES[1])
     shown = translate_ok(varied_checkpoint, "--show-attention", SENTENCES[1])
@@ -288,7 +288,7 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
     # A config asking for 2 translations per input must not clash with --beam 1: eval scores the best.
     import dataclasses
 
-    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(varied_checkpoint)
     config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, n_best=2))
@@ -306,7 +306,7 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
 
 
 def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
-    from attn_cli import training_step
+    from attn_cli.training import step as training_step
 
     real_loss = training_step.projected_label_smoothed_loss
     monkeypatch.setattr(training_step, "projected_label_smoothed_loss",

@@ -11,19 +11,9 @@ import pytest
 import torch
 
 from attn_cli.config import CorpusConfig, DataConfig
-from attn_cli.data import (
-    DataError,
-    Example,
-    ReadReport,
-    SkippedLine,
-    collate,
-    filter_by_length,
-    load_splits,
-    read_corpus,
-    split_pairs,
-    token_batches,
-)
-from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, load_splits, read_corpus, split_pairs
+from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 JSONL_RECORDS = [
     {"translation": {"en": "Hi.", "zh": "嗨。"}},

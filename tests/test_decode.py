@@ -1,17 +1,13 @@
 """The KV cache must change nothing but speed."""
 
-import contextlib
-
 import pytest
 import torch
 
-from attn_cli.beam import beam_search
-from attn_cli.data import Example, collate
-from attn_cli.decode import greedy_decode, greedy_search
-from attn_cli.model.attention import MultiHeadAttention, without_folded_cross_attention
-from attn_cli.tokenizer import BOS_ID
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.greedy import greedy_decode
+from attn_cli.vocab import BOS_ID
 
-from conftest import lively_model, random_source, small_model
+from conftest import random_source, small_model
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned")])
@@ -72,14 +68,14 @@ def test_cache_selects_rows():
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("rows, in_place", [
-    ([0, 1, 2, 3], True),  # nothing moves
-    ([0, 0, 2, 3], True),  # one row takes another's history
-    ([1, 0, 2, 3], True),  # a swap: each row is the other's origin
-    ([3, 3, 0, 1], False),  # most rows move: one full copy
-    ([2, 0], False),  # rows leave
+@pytest.mark.parametrize("rows", [
+    [0, 1, 2, 3],  # nothing moves
+    [0, 0, 2, 3],  # one row takes another's history
+    [1, 0, 2, 3],  # a swap: each row is the other's origin
+    [3, 3, 0, 1],  # most rows move
+    [2, 0],  # rows leave
 ])
-def test_cache_reorders_in_place_or_by_copy_without_changing_any_logit(rows, in_place):
+def test_cache_reorders_rows_without_changing_any_logit(rows):
     # Four hypotheses of one source, as in a beam: the cross-attention keys stay one row.
     model = small_model()
     encoded = model.encode(random_source(1, 5))
@@ -87,10 +83,8 @@ def test_cache_reorders_in_place_or_by_copy_without_changing_any_logit(rows, in_
     prefix = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 10], [BOS_ID, 11, 12]])
     with torch.no_grad():
         model.decode(prefix, encoded, cache)
-        keys_before = cache.layers[0]._history
         rows = torch.tensor(rows)
         cache.select(rows)
-        assert (cache.layers[0]._history is keys_before) == in_place
         step = torch.arange(13, 13 + len(rows))[:, None]
         cached = model.decode(step, encoded, cache)[:, -1]
         full = model.decode(torch.cat([prefix[rows], step], dim=1), encoded.select(torch.zeros_like(rows)))[:, -1]
@@ -133,10 +127,6 @@ def test_the_cache_grows_and_reorders_without_changing_any_logit():
                 prefix, encoded = prefix[rows], encoded.select(rows)
 
 
-def _fold_cross_attention(monkeypatch, fold: bool) -> None:
-    monkeypatch.setattr(MultiHeadAttention, "folding_pays", lambda self, sources, source_length: fold)
-
-
 def _teacher_forced_cached_logits(model, src, copies, steps, targets):
     """Cached logits for fixed target tokens, g = `copies` rows per source as in a beam; after step
     3, source 1 leaves the batch."""
@@ -155,60 +145,18 @@ def _teacher_forced_cached_logits(model, src, copies, steps, targets):
 
 
 @pytest.mark.parametrize("copies", [1, 3])
-def test_folded_cross_attention_gives_the_plain_logits(monkeypatch, copies):
-    """Padded sources, several hypotheses per source, and a source leaving mid-search: folding the
-    projections into the keys and values changes the logits by rounding only (float64 here)."""
-    model = small_model().double()
+def test_hypotheses_sharing_a_source_give_the_logits_of_the_full_prefix(copies):
+    """Padded sources, g = `copies` hypotheses per source whose cross-attention keys and values are
+    held once per source (as in a beam), and a source leaving mid-search: every cached step gives
+    the logits of the decoder run on the whole prefix against its own copy of the source."""
+    model = small_model()
     src = random_source(3, 7, lengths=[7, 4, 6])
     targets = torch.randint(4, 50, (3, 8))
-    results = {}
-    for fold in (True, False):
-        _fold_cross_attention(monkeypatch, fold)
-        results[fold], cache = _teacher_forced_cached_logits(model, src, copies, 8, targets)
-        assert (cache.layers[0].folded_cross is not None) == fold
-    for folded, plain in zip(results[True], results[False]):
-        torch.testing.assert_close(folded, plain, atol=1e-10, rtol=0)
-
-
-def test_searches_give_the_same_results_with_folded_cross_attention(monkeypatch):
-    model = lively_model(2)
-    src = random_source(4, 8, lengths=[8, 3, 6, 5])
-    results = {}
-    for fold in (True, False):
-        _fold_cross_attention(monkeypatch, fold)
-        results[fold] = (greedy_search(model, src), beam_search(model, src, beam_size=4, alpha=0.6, n_best=4))
-    for folded_hypotheses, plain_hypotheses in zip(sum(results[True], []), sum(results[False], [])):
-        assert [h.tokens for h in folded_hypotheses] == [h.tokens for h in plain_hypotheses]
-        assert [h.score for h in folded_hypotheses] == pytest.approx([h.score for h in plain_hypotheses], abs=1e-4)
-    lengths = [len(hypotheses[0].tokens) for hypotheses in results[True][0]]
-    assert min(lengths) < max(lengths), "sentences should leave the batch at different steps"
-
-
-def test_cross_attention_is_folded_for_a_sentence_or_two_and_not_for_a_batch():
-    """At the base size with 20-token sources, folding reads fewer numbers for up to 3 sentences."""
-    attention = MultiHeadAttention(512, 8, cross=True)
-    assert attention.folding_pays(1, 20) and attention.folding_pays(3, 20)
-    assert not attention.folding_pays(4, 20) and not attention.folding_pays(32, 20) and not attention.folding_pays(1, 80)
-    # the boundary: 73 source tokens x 7 = 511 < 512 numbers per row, 74 x 7 = 518 are more
-    assert attention.folding_pays(1, 73) and not attention.folding_pays(1, 74)
-
-
-def test_a_model_in_training_mode_never_folds():
-    model = small_model()
-    src = random_source(1, 5)
-    for training in (False, True):
-        model.train(training)
-        encoded, cache = model.encode(src), model.new_cache()
-        model.decode(torch.full((1, 1), BOS_ID), encoded, cache)
-        assert (cache.layers[0].folded_cross is None) == training
-
-
-def test_folding_can_be_switched_off_for_a_comparison():
-    model = small_model()
-    src = random_source(1, 5)
-    assert model.decoder_layers[0].cross_attention.folding_pays(1, 5)
-    for switched_off in (False, True):
-        encoded, cache = model.encode(src), model.new_cache()
-        with without_folded_cross_attention() if switched_off else contextlib.nullcontext():
-            model.decode(torch.full((1, 1), BOS_ID), encoded, cache)
-        assert (cache.layers[0].folded_cross is None) == switched_off
+    with torch.inference_mode():
+        cached, cache = _teacher_forced_cached_logits(model, src, copies, 8, targets)
+        for step, logits in enumerate(cached):
+            sources = torch.tensor([0, 1, 2] if step <= 3 else [0, 2]).repeat_interleave(copies)
+            encoded = model.encode(src[sources])
+            full = model.decode(targets[sources, : step + 1], encoded)[:, -1]
+            torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
+    assert cache.layers[0].cross_keys.shape[0] == 2  # one row per source that stays

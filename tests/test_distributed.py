@@ -14,13 +14,13 @@ import torch
 import torch.multiprocessing as mp
 
 from attn_cli.config import load_config
-from attn_cli.data import Example, collate
-from attn_cli.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
-from attn_cli.precision import resolve_precision
-from attn_cli.progress import TrainingDisplay
-from attn_cli.signals import TrainingInterrupted
-from attn_cli.train import Trainer
-from attn_cli.training_step import TrainingObjective, TrainingStep
+from attn_cli.data.batching import Example, collate
+from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
+from attn_cli.training.precision import resolve_precision
+from attn_cli.training.progress import TrainingDisplay
+from attn_cli.training.signals import TrainingInterrupted
+from attn_cli.training.trainer import Trainer
+from attn_cli.training.step import TrainingObjective, TrainingStep
 
 from conftest import CORPUS, REPO, small_model
 

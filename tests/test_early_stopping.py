@@ -3,9 +3,9 @@
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
-from attn_cli.early_stopping import EarlyStopping
+from attn_cli.training.early_stopping import EarlyStopping
 
 from conftest import CORPUS, REPO
 
@@ -39,7 +39,7 @@ def test_bleu_early_stopping_needs_validation_bleu():
 
 @pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not found at {CORPUS}")
 def test_training_stops_once_validation_stops_improving(tmp_path, monkeypatch):
-    from attn_cli.train import Trainer
+    from attn_cli.training.trainer import Trainer
 
     monkeypatch.setattr(Trainer, "validation_loss", lambda self: 4.0)  # a plateau from the first validation
     monkeypatch.chdir(REPO)

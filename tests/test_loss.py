@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from attn_cli import loss as loss_module
-from attn_cli.loss import label_smoothed_loss, projected_label_smoothed_loss
-from attn_cli.tokenizer import PAD_ID
+from attn_cli.training import loss as loss_module
+from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss
+from attn_cli.vocab import PAD_ID
 
 
 def inputs(seed, rows=3, length=7, width=16, vocabulary=50):

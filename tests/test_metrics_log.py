@@ -4,7 +4,7 @@ import json
 import sys
 import types
 
-from attn_cli.metrics_log import MetricsLog
+from attn_cli.training.metrics_log import MetricsLog
 from attn_cli.paths import RunPaths
 
 METRICS = {"step": 500, "epoch": 2, "elapsed": 61.0, "valid_loss": 2.5, "valid_ppl": 12.2, "valid_bleu": 20.1}

@@ -4,8 +4,8 @@ by what the device runs fast."""
 import pytest
 import torch
 
-from attn_cli import precision as precision_module
-from attn_cli.precision import cpu_bf16_flags, resolve_precision
+from attn_cli.training import precision as precision_module
+from attn_cli.training.precision import cpu_bf16_flags, resolve_precision
 
 CPU = torch.device("cpu")
 

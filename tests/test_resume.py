@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
-from attn_cli.resume import resume_config
+from attn_cli.training.resume import resume_config
 
 from conftest import CORPUS, REPO
 
@@ -113,7 +113,7 @@ def test_resume_allows_a_longer_run_and_refuses_a_different_model(tmp_path):
 
 @needs_corpus
 def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, tmp_path, monkeypatch):
-    from attn_cli.train import Trainer
+    from attn_cli.training.trainer import Trainer
 
     real_step = Trainer.train_step
 

@@ -3,7 +3,8 @@ import dataclasses
 import pytest
 
 from attn_cli.config import TokenizerConfig
-from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerError, Tokenizers, train_tokenizers
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attn_cli.data.tokenizer import TokenizerError, Tokenizers, train_tokenizers
 
 ENGLISH = [f"I have {n} apples and {n + 1} pears." for n in range(300)]
 CHINESE = [f"我有{n}个苹果和{n + 1}个梨。" for n in range(300)]
@@ -53,8 +54,8 @@ def test_switching_to_separate_vocabularies_leaves_no_stale_joint_model(tmp_path
 
 def test_a_reused_tokenizer_must_match_the_config(tmp_path):
     from attn_cli.config import Config, ConfigError
-    from attn_cli.data import Splits
-    from attn_cli.prepare import train_or_load_tokenizers
+    from attn_cli.data.corpus import Splits
+    from attn_cli.data.prepare import train_or_load_tokenizers
 
     cfg = Config(run_dir=str(tmp_path), tokenizer=CONFIG)
     splits = Splits(train=list(zip(ENGLISH, CHINESE)), valid=[], test=[])

@@ -4,13 +4,14 @@ import dataclasses
 
 import torch
 
-from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
-from attn_cli.data import Example, collate
-from attn_cli.decode import greedy_decode
-from attn_cli.train import inverse_sqrt_schedule
-from attn_cli.loss import label_smoothed_loss
-from attn_cli.tokenizer import PAD_ID, train_tokenizers
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.greedy import greedy_decode
+from attn_cli.training.trainer import inverse_sqrt_schedule
+from attn_cli.training.loss import label_smoothed_loss
+from attn_cli.vocab import PAD_ID
+from attn_cli.data.tokenizer import train_tokenizers
 
 from conftest import small_model
 
@@ -82,7 +83,7 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
 
 
 def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
-    from attn_cli import checkpoint as checkpoint_module
+    from attn_cli.training import checkpoint as checkpoint_module
 
     cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
                  model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))

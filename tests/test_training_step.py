@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from attn_cli import training_step
-from attn_cli.data import Example, collate
-from attn_cli.precision import resolve_precision
-from attn_cli.training_step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
+from attn_cli.training import step as training_step
+from attn_cli.data.batching import Example, collate
+from attn_cli.training.precision import resolve_precision
+from attn_cli.training.step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
                                   adamw, load_optimizer_state)
 
 from conftest import small_model

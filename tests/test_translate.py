@@ -14,14 +14,14 @@ import random
 import pytest
 import torch
 
-from attn_cli.beam import beam_search
-from attn_cli.checkpoint import load_checkpoint
-from attn_cli.commands import _stdin_batches, decode_options
+from attn_cli.decoding.beam import beam_search
+from attn_cli.training.checkpoint import load_checkpoint
+from attn_cli.cli.commands import _stdin_batches, decode_options
 from attn_cli.config import DecodeConfig
-from attn_cli.data import Example, collate
-from attn_cli.decode import greedy_search, sampler
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.greedy import greedy_search, sampler
 from attn_cli.errors import UserError
-from attn_cli.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
+from attn_cli.decoding.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
 
 from conftest import lively_model, random_source
 

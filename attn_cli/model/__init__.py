@@ -1,9 +1,8 @@
-"""The Transformer model: attention, the KV cache, and the encoder–decoder."""
+"""The Transformer in plain PyTorch: attention (`attention`), the KV cache (`cache`) and the
+encoder-decoder (`transformer`). Imports nothing of attn but the special ids (`attn_cli.vocab`) and,
+in `build_model` alone, the model config."""
 
 from attn_cli.model.cache import KVCache
-from attn_cli.model.inference import inference_context, with_inference_context
-from attn_cli.model.linear import inference_weights
 from attn_cli.model.transformer import Encoded, Transformer, build_model
 
-__all__ = ["Encoded", "KVCache", "Transformer", "build_model", "inference_context", "inference_weights",
-           "with_inference_context"]
+__all__ = ["Encoded", "KVCache", "Transformer", "build_model"]

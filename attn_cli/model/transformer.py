@@ -8,7 +8,7 @@ or one incremental step, and `forward(src, tgt_in)` for training. Layers take nu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -19,9 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from attn_cli.config import ModelConfig
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.cache import KVCache, LayerCache
-from attn_cli.model.fused import fused_linear_relu_applies, linear_relu
-from attn_cli.model.linear import InferenceCopies, Linear, PackedWeight, linear
-from attn_cli.tokenizer import PAD_ID
+from attn_cli.vocab import PAD_ID
 
 # Attention weights by kind ("encoder", "decoder_self", "cross"), one (B, heads, T, S) per layer.
 AttentionWeights = dict[str, list[torch.Tensor]]
@@ -31,17 +29,15 @@ AttentionWeights = dict[str, list[torch.Tensor]]
 class Encoded:
     memory: torch.Tensor  # (B, S, D) encoder output
     mask: torch.Tensor  # (B, 1, 1, S) True where a source token may be attended to
+    # The mask for cross-attention, or None when no source is padded: attention runs faster
+    # without a mask, and a length-sorted decoding batch often has no padding.
+    cross_attention_mask: Optional[torch.Tensor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cross_attention_mask = None if bool(self.mask.all()) else self.mask
 
     def select(self, rows: torch.Tensor) -> "Encoded":
         return Encoded(self.memory.index_select(0, rows), self.mask.index_select(0, rows))
-
-    @property
-    def cross_attention_mask(self) -> Optional[torch.Tensor]:
-        """The mask for cross-attention, or None when no source is padded (attention runs faster
-        without a mask; a length-sorted decoding batch often has no padding)."""
-        if not hasattr(self, "_padded"):
-            self._padded = not bool(self.mask.all())
-        return self.mask if self._padded else None
 
 
 class SinusoidalPositions(nn.Module):
@@ -79,56 +75,18 @@ class LearnedPositions(nn.Module):
         return self.embedding.weight[start : start + length]
 
 
-def dropout(x: torch.Tensor, p: float, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
-    With `residual`, returns residual + dropout(x) in one pass (`torch.addcmul`), which made
-    training steps 1-1.5% faster in fp32 and 4% in bf16 than a multiplication and an addition.
-
-    Each element is kept when a 16-bit random number clears a threshold, and one 64-bit draw of
-    the generator serves four elements. Against `torch.rand` (a draw per element) that makes a
-    mask of 4,096 x 256 in 2.0 ms instead of 3.3 (2 threads), and `F.dropout`'s Bernoulli sampler
-    took 8.6 ms; masks were a fifth of a bf16 training step at the default config's size. p is
-    thus rounded to a multiple of 1/65,536 (at most 7.6e-6 off), and the scale uses the rounded
-    value, so the expected output is still x. It draws from the same generator as torch.rand, so
-    seeding, resuming and gradient checkpointing's replay work as before.
-    """
-    # Of the 65,536 values of a 16-bit lane the lowest `dropped` drop; at least one always stays.
-    dropped = min(round(p * 65536), 65535)
-    count = x.numel()
-    # The full int64 range (the upper bound is exclusive: one value of 2^64 missing, a bias of 2^-64).
-    draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=x.device).random_(-2**63, 2**63 - 1)
-    lanes = draws.view(torch.int16)[:count].view(x.shape)  # (numel,) 16-bit lanes -> x's shape
-    keep = lanes.ge(dropped - 32768).to(x.dtype)
-    scale = 65536 / (65536 - dropped)
-    if x.dtype == torch.float32:
-        keep.mul_(scale)  # a mask of 0 and the scale: one multiplication backward
-        scale = 1.0
-    # In bf16 or fp16 the scale itself would be rounded: it stays a separate factor.
-    if residual is not None:
-        return torch.addcmul(residual, x, keep, value=scale)
-    return x * keep if scale == 1.0 else x * keep * scale
-
-
 class FeedForward(nn.Sequential):
     """Position-wise Linear-ReLU-Linear. As in the paper, dropout acts on the sublayer output (in
-    `Residual`), not on the 4x wider hidden layer, where it would cost more than half of all the
-    dropout work of a training step on a CPU."""
+    `Residual`), not on the 4x wider hidden layer."""
 
     def __init__(self, d_model: int, ffn_dim: int):
-        super().__init__(Linear(d_model, ffn_dim), nn.ReLU(), Linear(ffn_dim, d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Direct calls: each decoding step is short enough for module dispatch to show.
-        inner, _, outer = self  # unpacked: indexing a Sequential walks its modules each time
-        if self.training and fused_linear_relu_applies(x, inner.weight):
-            return outer.project(linear_relu(x, inner.weight, inner.bias))  # see model/fused.py
-        return outer.project(F.relu(inner.project(x)))
+        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d_model))
 
 
 class Residual(nn.Module):
     """The residual connection around a sublayer: x + dropout(sublayer(...)), with LayerNorm before
-    the sublayer (pre-LN) or after the sum (post-LN). `enter(x)` is the sublayer's input and
-    `leave(x, out)` adds its output back."""
+    the sublayer (pre-LN) or after the sum (post-LN). `sublayer_input(x)` is what the sublayer
+    reads, and `add(x, out)` adds its output back."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
@@ -136,19 +94,12 @@ class Residual(nn.Module):
         self.dropout = dropout
         self.pre_norm = pre_norm
 
-    def enter(self, x: torch.Tensor) -> torch.Tensor:
-        return self._normalize(x) if self.pre_norm else x
+    def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.pre_norm else x
 
-    def leave(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.training and self.dropout > 0:
-            x = dropout(out, self.dropout, residual=x)
-        else:
-            x = x + out
-        return x if self.pre_norm else self._normalize(x)
-
-    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
-        norm = self.norm  # the functional call: a decoding step makes 3 per layer, and module calls show
-        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    def add(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        x = x + F.dropout(out, self.dropout, self.training)
+        return x if self.pre_norm else self.norm(x)
 
 
 class EncoderLayer(nn.Module):
@@ -160,9 +111,9 @@ class EncoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, mask, need_weights=False):
-        out, weights = self.self_attention(self.attention_residual.enter(x), mask=mask, need_weights=need_weights)
-        x = self.attention_residual.leave(x, out)
-        x = self.feed_forward_residual.leave(x, self.feed_forward(self.feed_forward_residual.enter(x)))
+        out, weights = self.self_attention(self.attention_residual.sublayer_input(x), mask=mask, need_weights=need_weights)
+        x = self.attention_residual.add(x, out)
+        x = self.feed_forward_residual.add(x, self.feed_forward(self.feed_forward_residual.sublayer_input(x)))
         return x, weights
 
 
@@ -177,17 +128,17 @@ class DecoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
-        out, self_weights = self.self_attention.forward(self.self_residual.enter(x), mask=self_mask, cache=cache,
-                                                        need_weights=need_weights)
-        x = self.self_residual.leave(x, out)
-        out, cross_weights = self.cross_attention.forward(self.cross_residual.enter(x), memory, mask=memory_mask,
-                                                          cache=cache, need_weights=need_weights)
-        x = self.cross_residual.leave(x, out)
-        x = self.feed_forward_residual.leave(x, self.feed_forward.forward(self.feed_forward_residual.enter(x)))
+        out, self_weights = self.self_attention(self.self_residual.sublayer_input(x), mask=self_mask, cache=cache,
+                                                need_weights=need_weights)
+        x = self.self_residual.add(x, out)
+        out, cross_weights = self.cross_attention(self.cross_residual.sublayer_input(x), memory, mask=memory_mask,
+                                                  cache=cache, need_weights=need_weights)
+        x = self.cross_residual.add(x, out)
+        x = self.feed_forward_residual.add(x, self.feed_forward(self.feed_forward_residual.sublayer_input(x)))
         return x, self_weights, cross_weights
 
 
-class Transformer(InferenceCopies):
+class Transformer(nn.Module):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, num_heads: int, ffn_dim: int,
                  encoder_layers: int, decoder_layers: int, dropout: float = 0.1, attention_dropout: float = 0.0,
                  positions: str = "sinusoidal", max_positions: int = 256, pre_norm: bool = True,
@@ -215,8 +166,6 @@ class Transformer(InferenceCopies):
         # Recompute each layer in backward instead of keeping its activations: less memory, more
         # compute. The trainer sets it; it acts only in training mode with gradients on.
         self.gradient_checkpointing = False
-        self._packed_output = PackedWeight()  # for `inference_weights`
-        self._active_output: Optional[torch.Tensor] = None
 
     def _run_layer(self, layer: nn.Module, *args, **kwargs):
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -225,10 +174,8 @@ class Transformer(InferenceCopies):
         return layer(*args, **kwargs)
 
     def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: nn.Module, start: int = 0) -> torch.Tensor:
-        # Functional and direct calls, not module calls: a decoding step embeds one token.
-        x = (F.embedding(ids, embedding.weight, embedding.padding_idx) * self.embed_scale
-             + positions.forward(start, ids.shape[1]).to(embedding.weight.dtype))
-        return dropout(x, self.embedding_dropout) if self.training and self.embedding_dropout > 0 else x
+        x = embedding(ids) * self.embed_scale + positions(start, ids.shape[1]).to(embedding.weight.dtype)
+        return F.dropout(x, self.embedding_dropout, self.training)
 
     def encode(self, src: torch.Tensor, attention: Optional[AttentionWeights] = None) -> Encoded:
         """src (B, S) ids ending in EOS, right-padded -> the encoder output and its padding mask."""
@@ -248,10 +195,7 @@ class Transformer(InferenceCopies):
         cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
         new query may see every cached key, so no mask is needed for a single-step update.
         """
-        # The output projection is the target embedding matrix (weight tying), packed inside
-        # `inference_weights`.
-        hidden = self.decode_hidden(tgt_in, encoded, cache, attention)
-        return linear(hidden, self.output_weight, None, self._active_output)
+        return F.linear(self.decode_hidden(tgt_in, encoded, cache, attention), self.output_weight)
 
     def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
                       attention: Optional[AttentionWeights] = None) -> torch.Tensor:
@@ -272,11 +216,8 @@ class Transformer(InferenceCopies):
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
-            args = (x, self_mask, encoded.memory, encoded.cross_attention_mask, layer_cache)
-            if cache is not None:  # a decoding step calls its layers directly: at one token a step, module calls show
-                x, self_weights, cross_weights = layer.forward(*args, need_weights=attention is not None)
-            else:
-                x, self_weights, cross_weights = self._run_layer(layer, *args, need_weights=attention is not None)
+            x, self_weights, cross_weights = self._run_layer(layer, x, self_mask, encoded.memory, encoded.cross_attention_mask,
+                                                             layer_cache, need_weights=attention is not None)
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
                 attention.setdefault("cross", []).append(cross_weights)
@@ -288,16 +229,6 @@ class Transformer(InferenceCopies):
     def output_weight(self) -> torch.Tensor:
         """The (V, D) output projection: the target embedding matrix (weight tying)."""
         return self.tgt_embedding.weight
-
-    def activate_inference_copies(self) -> None:
-        self._active_output = self._packed_output.of(self.tgt_embedding.weight)
-
-    def deactivate_inference_copies(self) -> None:
-        self._active_output = None
-
-    def drop_inference_copies(self) -> None:
-        self.deactivate_inference_copies()
-        self._packed_output.drop()
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt_in, self.encode(src))

@@ -22,7 +22,7 @@ from rich.text import Text
 from attn_cli.errors import UserError
 from attn_cli.model import Transformer
 from attn_cli.model.transformer import AttentionWeights
-from attn_cli.tokenizer import BOS_ID, EOS_ID
+from attn_cli.vocab import BOS_ID, EOS_ID
 
 KINDS = ("encoder", "decoder_self", "cross")
 BOS, EOS = "<s>", "</s>"

@@ -16,13 +16,12 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from attn_cli.config import TokenizerConfig
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 class TokenizerError(ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
 
 
-# Fixed ids: the model, the batcher and the decoder rely on them.
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
 class Tokenizer:

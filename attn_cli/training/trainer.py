@@ -13,27 +13,28 @@ from typing import Optional
 
 import torch
 
-from attn_cli.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
+from attn_cli.training.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
                                  save_checkpoint)
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
-from attn_cli.data import Batch, DataError, Example, Splits, collate, filter_by_length, token_batches
-from attn_cli.distributed import SINGLE_PROCESS, Ranks, process_group
-from attn_cli.early_stopping import EarlyStopping
-from attn_cli.metrics_log import MetricsLog
-from attn_cli.evaluate import score_translations
-from attn_cli.loss import label_smoothed_loss
+from attn_cli.data.batching import Batch, Example, collate, filter_by_length, token_batches
+from attn_cli.data.corpus import DataError, Splits
+from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group
+from attn_cli.training.early_stopping import EarlyStopping
+from attn_cli.training.metrics_log import MetricsLog
+from attn_cli.decoding.scoring import score_translations
+from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
-from attn_cli.precision import resolve_precision
-from attn_cli.prepare import prepare, read_splits, write_splits
-from attn_cli.progress import TrainingDisplay, TrainingStatus
-from attn_cli.resume import resume_config
-from attn_cli.rng import capture_rng_state, restore_rng_state
-from attn_cli.signals import StopRequest, TrainingInterrupted, stop_requests
-from attn_cli.tokenizer import Tokenizers
-from attn_cli.training_step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
+from attn_cli.training.precision import resolve_precision
+from attn_cli.data.prepare import prepare, read_splits, write_splits
+from attn_cli.training.progress import TrainingDisplay, TrainingStatus
+from attn_cli.training.resume import resume_config
+from attn_cli.training.rng import capture_rng_state, restore_rng_state
+from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
+from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.training.step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
                                   adamw, load_optimizer_state)
-from attn_cli.translate import translate_sentences
+from attn_cli.decoding.translate import translate_sentences
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attn_cli.beam import beam_search
+from attn_cli.decoding.beam import beam_search
 from attn_cli.config import DecodeConfig
-from attn_cli.data import Example, collate, token_batches
-from attn_cli.decode import Hypothesis, greedy_search, sampler
+from attn_cli.data.batching import Example, collate, token_batches
+from attn_cli.decoding.greedy import greedy_search, sampler
+from attn_cli.decoding.hypothesis import Hypothesis
 from attn_cli.model import Transformer
-from attn_cli.tokenizer import Tokenizers
+from attn_cli.data.tokenizer import Tokenizers
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
 _BOUNDARY_ENDINGS = tuple(".!?;:,。！？；：，")

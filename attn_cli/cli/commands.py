@@ -20,21 +20,22 @@ from typing import Any, Iterator, Optional, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from attn_cli.average import average_checkpoints
-from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from attn_cli.attention_view import collect_attention, render_alignment, save_attention
+from attn_cli.training.average import average_checkpoints
+from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from attn_cli.decoding.attention_view import collect_attention, render_alignment, save_attention
 from attn_cli.config import ConfigError, DecodeConfig, load_config
-from attn_cli.data import DataError
-from attn_cli.distributed import is_main_process
+from attn_cli.data.corpus import DataError
+from attn_cli.training.distributed import is_main_process
 from attn_cli.errors import UserError
-from attn_cli.evaluate import score_translations
+from attn_cli.decoding.scoring import score_translations
 from attn_cli.paths import RunPaths
-from attn_cli.prepare import read_splits, train_or_load_tokenizers, write_splits
-from attn_cli.progress import TrainingDisplay, format_duration
-from attn_cli.tokenizer import EOS_ID, TokenizerError
-from attn_cli.train import resolve_device, train as run_training
-from attn_cli.training_step import TrainingDiverged
-from attn_cli.translate import Translation, translate_sentences
+from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
+from attn_cli.training.progress import TrainingDisplay, format_duration
+from attn_cli.vocab import EOS_ID
+from attn_cli.data.tokenizer import TokenizerError
+from attn_cli.training.trainer import resolve_device, train as run_training
+from attn_cli.training.step import TrainingDiverged
+from attn_cli.decoding.translate import Translation, translate_sentences
 
 DEFAULT_CONFIG = Path("configs/en-zh.yaml")
 

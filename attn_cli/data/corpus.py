@@ -1,10 +1,9 @@
-"""Parallel corpora: reading, splitting, length filtering and token-budget batching.
+"""Parallel corpora: reading and splitting.
 
 Readers turn a `CorpusConfig` into a list of (source, target) string pairs. Malformed lines are
 skipped and recorded in a `ReadReport` (or raise `DataError` in strict mode) so one bad line never
 costs a whole corpus. `split_pairs` carves valid/test sets off a corpus without letting a source
-sentence leak across splits. `token_batches` and `collate` turn tokenized examples into padded
-tensors with as little padding as a length-bucketed batcher can manage.
+sentence leak across splits.
 """
 
 from __future__ import annotations
@@ -15,10 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-import torch
-
 from attn_cli.config import CorpusConfig, DataConfig
-from attn_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 Pair = tuple[str, str]
 
@@ -352,100 +348,3 @@ def load_splits(cfg: DataConfig, report: Optional[ReadReport] = None) -> Splits:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokenized examples and batching
-
-
-@dataclass(frozen=True)
-class Example:
-    index: int  # position in the original list, so outputs can be put back in order
-    src: list[int]  # token ids, no BOS/EOS
-    tgt: list[int]  # token ids, no BOS/EOS; empty for source-only decoding input
-
-
-def filter_by_length(examples: list[Example], max_source_tokens: int, max_target_tokens: int,
-                     max_length_ratio: float) -> tuple[list[Example], int]:
-    """Training examples within the length limits and ratio; returns them and how many were dropped."""
-    def keep(example: Example) -> bool:
-        src_len, tgt_len = len(example.src), len(example.tgt)
-        if not (1 <= src_len <= max_source_tokens and 1 <= tgt_len <= max_target_tokens):
-            return False
-        return max(src_len, tgt_len) / min(src_len, tgt_len) <= max_length_ratio
-
-    kept = [example for example in examples if keep(example)]
-    return kept, len(examples) - len(kept)
-
-
-@dataclass
-class Batch:
-    src: torch.Tensor  # (B, S) long: source ids + EOS, right-padded with PAD_ID
-    tgt_in: torch.Tensor  # (B, T) long: BOS + target ids, right-padded (teacher forcing input)
-    tgt_out: torch.Tensor  # (B, T) long: target ids + EOS, right-padded (labels)
-    indices: list[int]  # Example.index of each row
-
-    def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
-
-    def without_labels(self) -> "Batch":
-        """The same inputs with every label ignored: a forward and backward that count for nothing."""
-        return Batch(self.src, self.tgt_in, torch.full_like(self.tgt_out, PAD_ID), self.indices)
-
-    @property
-    def num_target_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
-
-    @property
-    def num_source_tokens(self) -> int:
-        return int((self.src != PAD_ID).sum())
-
-
-def _padded(rows: list[list[int]]) -> torch.Tensor:
-    tensor = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tensor[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-    return tensor
-
-
-def collate(examples: list[Example]) -> Batch:
-    """Pad a list of examples into one batch; the source gets EOS, the target BOS (in) and EOS (out)."""
-    if not examples:
-        raise ValueError("collate needs at least one example")
-    return Batch(src=_padded([e.src + [EOS_ID] for e in examples]),
-                 tgt_in=_padded([[BOS_ID] + e.tgt for e in examples]),
-                 tgt_out=_padded([e.tgt + [EOS_ID] for e in examples]),
-                 indices=[e.index for e in examples])
-
-
-def token_batches(examples: list[Example], max_tokens: int, shuffle: bool, seed: int = 0,
-                  epoch: int = 0) -> list[list[int]]:
-    """Positions into `examples`, grouped into length-bucketed batches of at most `max_tokens`.
-
-    A batch's cost is its padded size on the longer side: rows * max(longest src + 1, longest tgt + 1).
-    An example over budget on its own still forms a batch of one. With `shuffle`, ties in length are
-    broken and batches are ordered by a generator seeded from (seed, epoch): repeatable, yet
-    different every epoch.
-    """
-    rng = random.Random(seed * 1000003 + epoch)
-    tie_break = [rng.random() for _ in examples] if shuffle else list(range(len(examples)))
-    order = sorted(range(len(examples)),
-                   key=lambda i: (len(examples[i].src) + 1, len(examples[i].tgt) + 1, tie_break[i]))
-    batches = _cut_by_budget(examples, order, max_tokens)
-    if shuffle:
-        rng.shuffle(batches)
-    return batches
-
-
-def _cut_by_budget(examples: list[Example], order: list[int], max_tokens: int) -> list[list[int]]:
-    """Consecutive runs of `order` whose padded size stays within `max_tokens`."""
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest = 0
-    for position in order:
-        length = max(len(examples[position].src), len(examples[position].tgt)) + 1
-        if batch and (len(batch) + 1) * max(longest, length) > max_tokens:
-            batches.append(batch)
-            batch, longest = [], 0
-        batch.append(position)
-        longest = max(longest, length)
-    if batch:
-        batches.append(batch)
-    return batches

@@ -5,7 +5,7 @@ batch. At each step the k*V extensions of a sentence's hypotheses are ranked by 
 log-probability. Among the k best, those that end in EOS are finished (scored with the GNMT
 length penalty); the beam goes on with the k best that do not end. The self-attention cache is
 then reordered by each surviving hypothesis's origin. Cross-attention keys and values stay at one
-row per source sentence (attention folds the k hypotheses of a sentence onto them).
+row per source sentence (attention groups the k hypotheses of a sentence onto them).
 
 A sentence is done when none of its hypotheses can still beat the worst of its k best finished
 ones, or when it reaches its length limit; it then leaves the batch.
@@ -18,13 +18,12 @@ from typing import Optional
 
 import torch
 
-from attn_cli.decode import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
-from attn_cli.model import Transformer, with_inference_context
-from attn_cli.tokenizer import BOS_ID, EOS_ID
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
+from attn_cli.model import Transformer
+from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()
-@with_inference_context
 def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
                 exact_steps: Optional[int] = None) -> list[list[Hypothesis]]:
@@ -52,23 +51,6 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha
     if exact_steps is not None:
         search.finish_all_alive(exact_steps)
     return [hypotheses[:n_best] for hypotheses in search.finished]
-
-
-def _rows_kept_in_place(origins: list[int]) -> list[int]:
-    """The origins of a sentence's k hypotheses going on, best first -> for each of its k rows,
-    which hypothesis takes it. The best hypothesis from each origin takes its origin's row; the
-    others take the rows no hypothesis continues, in rank order."""
-    taker: list[Optional[int]] = [None] * len(origins)
-    others = []
-    for hypothesis, origin in enumerate(origins):
-        if taker[origin] is None:
-            taker[origin] = hypothesis
-        else:
-            others.append(hypothesis)
-    free_rows = [row for row, hypothesis in enumerate(taker) if hypothesis is None]
-    for row, hypothesis in zip(free_rows, others):
-        taker[row] = hypothesis
-    return taker
 
 
 class _BeamState:
@@ -118,10 +100,7 @@ class _BeamState:
                         going_on.append((score, origin, token))
                 elif could_end and rank < k and math.isfinite(score):  # among the k best: finished
                     self._finish(live_index, live_index * k + origin, score, step)
-            # Each hypothesis takes the row of its origin where no better one took it already, so
-            # that most cache rows stay where they are (see KVCache.select).
-            for hypothesis in _rows_kept_in_place([origin for _, origin, _ in going_on]):
-                score, origin, token = going_on[hypothesis]
+            for score, origin, token in going_on:
                 scores.append(score)
                 rows.append(live_index * k + origin)
                 tokens.append(token)

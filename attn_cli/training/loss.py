@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_cli.tokenizer import PAD_ID
+from attn_cli.vocab import PAD_ID
 
 # Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, a core's L2 cache here. 128 to
 # 512 rows ran within 5% of each other at vocabulary 8,000; the whole batch at once ran 25% slower.

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from attn_cli import commands
+from attn_cli.cli import commands as commands
 from attn_cli.errors import UserError
 
 app = typer.Typer(

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from attn_cli.config import Config, ConfigError
-from attn_cli.data import ReadReport, Splits, load_splits
+from attn_cli.data.corpus import ReadReport, Splits, load_splits
 from attn_cli.paths import RunPaths
-from attn_cli.tokenizer import Tokenizers, train_tokenizers
+from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 
 Log = Callable[[str], None]
 

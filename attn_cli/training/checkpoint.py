@@ -20,7 +20,7 @@ import torch
 from attn_cli.config import Config, config_from_dict, config_to_dict
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
-from attn_cli.tokenizer import Tokenizers
+from attn_cli.data.tokenizer import Tokenizers
 
 FORMAT_VERSION = 1
 

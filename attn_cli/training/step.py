@@ -10,11 +10,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-from attn_cli.data import Batch
-from attn_cli.distributed import SINGLE_PROCESS, Ranks
-from attn_cli.loss import projected_label_smoothed_loss
+from attn_cli.data.batching import Batch
+from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
+from attn_cli.training.loss import projected_label_smoothed_loss
 from attn_cli.model import Transformer
-from attn_cli.precision import Precision
+from attn_cli.training.precision import Precision
 
 
 class TrainingDiverged(RuntimeError):

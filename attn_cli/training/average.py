@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from attn_cli.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 
 StateDict = dict[str, torch.Tensor]
 
