@@ -1,0 +1,99 @@
+"""The package's layers import one way (config -> data -> model -> decoding -> training -> cli), and
+no module imports itself back through others."""
+
+import ast
+from pathlib import Path
+
+import attn_cli
+
+PACKAGE = Path(attn_cli.__file__).parent
+FOUNDATION = {"config", "paths", "errors", "vocab"}
+# What each layer may import of attn_cli, besides itself and the foundation modules.
+ALLOWED = {
+    "foundation": set(),
+    "data": set(),
+    "model": set(),
+    "decoding": {"data", "model"},
+    "training": {"data", "model", "decoding"},
+    "cli": {"data", "model", "decoding", "training"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every attn_cli module this file imports, at any depth of the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("attn_cli"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attn_cli"):
+            for alias in node.names:  # `from attn_cli.x import y` imports x.y when y is a module
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if _exists(submodule) else node.module)
+    return found
+
+
+def _exists(module: str) -> bool:
+    relative = Path(*module.split(".")[1:])
+    return (PACKAGE / relative).with_suffix(".py").is_file() or (PACKAGE / relative / "__init__.py").is_file()
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in FOUNDATION:
+        return "foundation"
+    return parts[1] if parts[1] in ALLOWED else "other"
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(path): _imports(path) for path in PACKAGE.rglob("*.py")}
+
+
+def test_each_layer_imports_only_the_layers_before_it():
+    wrong = []
+    for module, imported in _graph().items():
+        if module in ("attn_cli", "attn_cli.__main__"):
+            continue
+        layer = _layer(module)
+        for target in imported:
+            target_layer = _layer(target)
+            if target_layer not in {layer, "foundation"} | ALLOWED[layer]:
+                wrong.append(f"{module} ({layer}) imports {target} ({target_layer})")
+            if layer == "foundation" and target_layer == "foundation" and target != module:
+                wrong.append(f"{module} imports {target}: the foundation modules import nothing of attn")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_model_imports_nothing_but_torch_and_its_ids():
+    for path in (PACKAGE / "model").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                for name in names:
+                    top = name.split(".")[0]
+                    assert top in {"torch", "math", "dataclasses", "typing", "__future__", "attn_cli"}, (path, name)
+                    if top == "attn_cli":
+                        assert name.startswith(("attn_cli.model", "attn_cli.vocab", "attn_cli.config")), (path, name)
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = _graph()
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycle = trail[trail.index(target):] + [target] if target in trail else [module, target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, trail + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
