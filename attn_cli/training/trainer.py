@@ -3,9 +3,7 @@ warmup, gradient clipping, periodic validation (loss and BLEU) and atomic checkp
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +11,9 @@ from typing import Optional
 
 import torch
 
-from attn_cli.training.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
-                                 save_checkpoint)
-from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
-from attn_cli.data.batching import Batch, Example, collate, filter_by_length, token_batches
+from attn_cli.training.checkpoint import Checkpoint, keep_newest_step_checkpoints, save_checkpoint
+from attn_cli.config import Config, save_config
+from attn_cli.data.batching import Batch, collate, filter_by_length, token_batches
 from attn_cli.data.corpus import DataError, Splits
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group
 from attn_cli.training.early_stopping import EarlyStopping
@@ -29,76 +26,14 @@ from attn_cli.training.precision import resolve_precision
 from attn_cli.data.prepare import prepare, read_splits, write_splits
 from attn_cli.training.progress import TrainingDisplay, TrainingStatus
 from attn_cli.training.resume import resume_config
+from attn_cli.training.setup import (_keep_metrics_up_to, _load_resume_point, _refuse_to_overwrite, dropout_seed,
+                                     encode_examples, inverse_sqrt_schedule, resolve_device, set_seed)
 from attn_cli.training.rng import capture_rng_state, restore_rng_state
 from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.training.step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
                                   adamw, load_optimizer_state)
 from attn_cli.decoding.translate import translate_sentences
-
-
-def resolve_device(name: str, option: str = "train.device") -> torch.device:
-    """The torch device for `name`; `option` is what the user set it with, for the error message."""
-    if not DEVICE_PATTERN.fullmatch(name):
-        raise ConfigError(f"{option}: {name!r} is not a device; use auto, cpu, cuda or cuda:N")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda"):
-        index = int(name.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"{option}: {name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu")
-    return torch.device(name)
-
-
-def inverse_sqrt_schedule(warmup_steps: int):
-    """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
-    def factor(step: int) -> float:
-        step = max(step, 1)
-        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
-    return factor
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def dropout_seed(seed: int, rank: int) -> int:
-    """The seed of process `rank`'s random streams once the model is built: each process draws its
-    own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
-    return seed * 1000003 + rank
-
-
-def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
-    sources = tokenizers.source.encode([p[0] for p in pairs])
-    targets = tokenizers.target.encode([p[1] for p in pairs])
-    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
-
-
-def _refuse_to_overwrite(paths: RunPaths) -> None:
-    """A new run must never silently replace the checkpoints of a finished one."""
-    existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
-    if existing:
-        raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
-                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
-                          f"{paths.checkpoint_dir} to start over")
-
-
-def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
-    if not paths.last_checkpoint.is_file():
-        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
-    checkpoint = load_checkpoint(paths.last_checkpoint, device)
-    if "batches_done" not in checkpoint.training_state:
-        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
-                              f"start a new run_dir")
-    return checkpoint
-
-
-def _keep_metrics_up_to(log: Path, step: int) -> None:
-    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
-    if log.is_file():
-        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
-        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
 
 
 @dataclass
