@@ -30,6 +30,7 @@ from attn_cli.training.step import StepResult, TrainingDiverged
 
 @dataclass
 class TrainResult:
+    """How a finished run ended, for the command's closing line."""
     step: int
     epoch: int
     elapsed: float  # seconds in the training loop, those before a resume included
@@ -108,6 +109,7 @@ class Trainer:
         return total / max(tokens, 1)
 
     def validation_bleu(self) -> float:
+        """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
         self.model.eval()
         with self.precision.autocast(self.device):
             translations = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
@@ -153,6 +155,7 @@ class Trainer:
         self.stop_early = self.ranks.from_main(self.stop_early)
 
     def _is_better(self, metrics: dict) -> bool:
+        """Whether this validation beats the best so far: BLEU decides, the loss breaks ties or stands in."""
         if not self.best_metrics:
             return True
         if "valid_bleu" in metrics and metrics["valid_bleu"] != self.best_metrics["valid_bleu"]:
@@ -174,12 +177,14 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------
 
     def _budget_spent(self, elapsed: float) -> bool:
+        """Whether train.max_steps or train.max_minutes is used up (train.max_epochs ends the loop itself)."""
         train = self.cfg.train
         if train.max_steps is not None and self.step >= train.max_steps:
             return True
         return train.max_minutes is not None and elapsed >= train.max_minutes * 60
 
     def _eta(self, elapsed: float, steps_per_epoch: int) -> Optional[float]:
+        """Seconds left until the first of the budgets runs out, at the mean pace so far."""
         train = self.cfg.train
         seconds_per_step = elapsed / max(self.step, 1)
         total_steps = train.max_epochs * steps_per_epoch
@@ -211,6 +216,7 @@ class Trainer:
         return batches[self.batches_done : self.batches_done + self.cfg.train.accumulate]
 
     def _updates_per_epoch(self) -> int:
+        """Updates in the epoch in progress (its last may have fewer than train.accumulate batches)."""
         return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
 
     def _elapsed(self) -> float:
@@ -224,6 +230,8 @@ class Trainer:
                              f"of {len(self._batches_of_epoch(self.epoch))}")
 
     def run(self) -> TrainResult:
+        """Train until the run ends, then validate and save its last step unless that was just done; a
+        signal, Ctrl-C or divergence saves last.pt instead and raises."""
         self._log_resume_point()
         self._started = time.monotonic()
         self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None) if self.ranks.is_main else None
@@ -279,6 +287,8 @@ class Trainer:
                    for positions in update for p in positions)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
+        """Updates until the budget, the epochs or early stopping end the run, logging and validating
+        every train.log_every and train.valid_every steps."""
         train = self.cfg.train
         while not self._agreed_stop(stop):
             update = self._next_update()
@@ -305,12 +315,14 @@ class Trainer:
                 meter.restart_window()  # validation time is not training throughput
 
     def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
+        """The progress line's figures now."""
         elapsed = self._elapsed()
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
                               meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
                               self._best_text(), self.nonfinite.total)
 
     def _best_text(self) -> str:
+        """The best validation so far, for the progress line; empty before the first."""
         if "valid_bleu" in self.best_metrics:
             return f"BLEU {self.best_metrics['valid_bleu']:.1f}"
         if "valid_loss" in self.best_metrics:
@@ -327,9 +339,11 @@ class _ThroughputMeter:
         self.restart_window()
 
     def restart_window(self) -> None:
+        """Count tokens per second from now on."""
         self._tokens, self._since = 0, time.monotonic()
 
     def add(self, loss: float, tokens: int) -> None:
+        """One applied update's mean loss and the tokens it trained on."""
         self.loss_average = loss if math.isnan(self.loss_average) else 0.98 * self.loss_average + 0.02 * loss
         self._tokens += tokens
 
