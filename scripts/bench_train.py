@@ -70,7 +70,7 @@ from attn_cli.model import Transformer, build_model  # noqa: E402
 from attn_cli.training.precision import Precision  # noqa: E402
 from attn_cli.data.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from attn_cli.training.trainer import encode_examples, inverse_sqrt_schedule  # noqa: E402
+from attn_cli.training.setup import encode_examples, inverse_sqrt_schedule  # noqa: E402
 from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
 from attn_cli.training.step import TrainingObjective, TrainingStep, adamw  # noqa: E402
 

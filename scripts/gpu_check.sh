@@ -31,7 +31,7 @@ if not torch.cuda.is_available():
 from attn_cli.data.batching import Example, collate, token_batches
 from attn_cli.model import Transformer
 from attn_cli.training.precision import Precision
-from attn_cli.training.trainer import inverse_sqrt_schedule
+from attn_cli.training.setup import inverse_sqrt_schedule
 from attn_cli.training.step import TrainingObjective, TrainingStep
 
 STEPS, WARMUP, MAX_TOKENS = int(os.environ["STEPS"]), int(os.environ["WARMUP"]), int(os.environ["MAX_TOKENS"])

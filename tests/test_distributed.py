@@ -18,6 +18,7 @@ from attn_cli.data.batching import Example, collate
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
 from attn_cli.training.precision import resolve_precision
 from attn_cli.training.progress import TrainingDisplay
+from attn_cli.training.setup import setup_training
 from attn_cli.training.signals import TrainingInterrupted
 from attn_cli.training.trainer import Trainer
 from attn_cli.training.step import TrainingObjective, TrainingStep
@@ -41,7 +42,7 @@ def tiny_config(run_dir, overrides):
 
 
 def run_trainer(cfg, ranks=SINGLE_PROCESS, resume=False):
-    trainer = Trainer(cfg, TrainingDisplay(quiet=True), resume=resume, ranks=ranks)
+    trainer = Trainer(setup_training(cfg, TrainingDisplay(quiet=True), resume=resume, ranks=ranks))
     trainer.run()
     return trainer
 

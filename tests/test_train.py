@@ -8,7 +8,7 @@ from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data.batching import Example, collate
 from attn_cli.decoding.greedy import greedy_decode
-from attn_cli.training.trainer import inverse_sqrt_schedule
+from attn_cli.training.setup import inverse_sqrt_schedule
 from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.vocab import PAD_ID
 from attn_cli.data.tokenizer import train_tokenizers

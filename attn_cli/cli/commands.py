@@ -33,7 +33,8 @@ from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_s
 from attn_cli.training.progress import TrainingDisplay, format_duration
 from attn_cli.vocab import EOS_ID
 from attn_cli.data.tokenizer import TokenizerError
-from attn_cli.training.trainer import resolve_device, train as run_training
+from attn_cli.training.setup import resolve_device
+from attn_cli.training.trainer import train as run_training
 from attn_cli.training.step import TrainingDiverged
 from attn_cli.decoding.translate import Translation, translate_sentences
 

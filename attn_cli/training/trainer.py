@@ -1,11 +1,10 @@
-"""The training loop: teacher forcing, label-smoothed cross entropy, AdamW with inverse-square-root
-warmup, gradient clipping, periodic validation (loss and BLEU) and atomic checkpoints."""
+"""The training loop, run on what `setup_training` (setup.py) built: updates over each epoch's
+batches, periodic validation (loss and BLEU), atomic checkpoints, and stopping on the budget, a
+signal, divergence or early stopping."""
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,96 +12,25 @@ from typing import Optional
 
 import torch
 
-from attn_cli.training.checkpoint import (Checkpoint, CheckpointError, keep_newest_step_checkpoints, load_checkpoint,
-                                 save_checkpoint)
-from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
-from attn_cli.data.batching import Batch, Example, collate, filter_by_length, token_batches
-from attn_cli.data.corpus import DataError, Splits
-from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group
-from attn_cli.training.early_stopping import EarlyStopping
-from attn_cli.training.metrics_log import MetricsLog
+from attn_cli.config import Config
+from attn_cli.data.batching import Batch, collate, token_batches
 from attn_cli.decoding.scoring import score_translations
-from attn_cli.training.loss import label_smoothed_loss
-from attn_cli.model import Transformer, build_model
-from attn_cli.paths import RunPaths
-from attn_cli.training.precision import resolve_precision
-from attn_cli.data.prepare import prepare, read_splits, write_splits
-from attn_cli.training.progress import TrainingDisplay, TrainingStatus
-from attn_cli.training.resume import resume_config
-from attn_cli.training.rng import capture_rng_state, restore_rng_state
-from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
-from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.training.step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
-                                  adamw, load_optimizer_state)
 from attn_cli.decoding.translate import translate_sentences
-
-
-def resolve_device(name: str, option: str = "train.device") -> torch.device:
-    """The torch device for `name`; `option` is what the user set it with, for the error message."""
-    if not DEVICE_PATTERN.fullmatch(name):
-        raise ConfigError(f"{option}: {name!r} is not a device; use auto, cpu, cuda or cuda:N")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda"):
-        index = int(name.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"{option}: {name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu")
-    return torch.device(name)
-
-
-def inverse_sqrt_schedule(warmup_steps: int):
-    """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
-    def factor(step: int) -> float:
-        step = max(step, 1)
-        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
-    return factor
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def dropout_seed(seed: int, rank: int) -> int:
-    """The seed of process `rank`'s random streams once the model is built: each process draws its
-    own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
-    return seed * 1000003 + rank
-
-
-def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
-    sources = tokenizers.source.encode([p[0] for p in pairs])
-    targets = tokenizers.target.encode([p[1] for p in pairs])
-    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
-
-
-def _refuse_to_overwrite(paths: RunPaths) -> None:
-    """A new run must never silently replace the checkpoints of a finished one."""
-    existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
-    if existing:
-        raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
-                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
-                          f"{paths.checkpoint_dir} to start over")
-
-
-def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
-    if not paths.last_checkpoint.is_file():
-        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
-    checkpoint = load_checkpoint(paths.last_checkpoint, device)
-    if "batches_done" not in checkpoint.training_state:
-        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
-                              f"start a new run_dir")
-    return checkpoint
-
-
-def _keep_metrics_up_to(log: Path, step: int) -> None:
-    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
-    if log.is_file():
-        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
-        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
+from attn_cli.paths import RunPaths
+from attn_cli.training.checkpoint import keep_newest_step_checkpoints, save_checkpoint
+from attn_cli.training.distributed import process_group
+from attn_cli.training.loss import label_smoothed_loss
+from attn_cli.training.metrics_log import MetricsLog
+from attn_cli.training.progress import TrainingDisplay, TrainingStatus
+from attn_cli.training.rng import capture_rng_state
+from attn_cli.training.setup import TrainingSetup, setup_training
+from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
+from attn_cli.training.step import StepResult, TrainingDiverged
 
 
 @dataclass
 class TrainResult:
+    """How a finished run ended, for the command's closing line."""
     step: int
     epoch: int
     elapsed: float  # seconds in the training loop, those before a resume included
@@ -111,136 +39,49 @@ class TrainResult:
 
 
 class Trainer:
-    """With several processes (`ranks`), every process makes one Trainer; rank 0 alone writes files
-    and validates, and they agree on every decision to stop."""
+    """The loop over a run's updates, from what `setup_training` built: validation, checkpoints and
+    stopping. With several processes (`ranks`), every process makes one Trainer; rank 0 alone writes
+    files and validates, and they agree on every decision to stop."""
 
-    def __init__(self, cfg: Config, display: TrainingDisplay, resume: bool = False, ranks: Ranks = SINGLE_PROCESS):
-        self.display = display
-        self.ranks = ranks
-        self.paths = RunPaths.of(cfg.run_dir)
-        self.device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
-        resumed = _load_resume_point(self.paths, self.device) if resume else None
-        if resumed is not None:
-            cfg, changes = resume_config(cfg, resumed.config, self.paths.last_checkpoint)
-            for change in changes:
-                display.log(f"resume: {change}")
-        else:
-            _refuse_to_overwrite(self.paths)
-        self.cfg = cfg
-        if cfg.train.threads is not None:
-            torch.set_num_threads(cfg.train.threads)
-        if ranks.is_main:
-            self.paths.root.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.paths.config)
-            if resumed is not None:
-                _keep_metrics_up_to(self.paths.metrics_log, resumed.step)
-            else:
-                self.paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
-
-        set_seed(cfg.train.seed)
-        if resumed is not None:  # the checkpoint's own tokenizer is the one its weights were trained with
-            splits = read_splits(cfg, display.log)
-            if ranks.is_main:
-                write_splits(cfg, splits)
-            self.tokenizers = resumed.tokenizers
-        elif ranks.is_main:
-            prepared = prepare(cfg, display.log)
-            splits, self.tokenizers = prepared.splits, prepared.tokenizers
-            ranks.from_main(self.tokenizers.to_state())
-        else:  # every process reads the corpus; rank 0 alone trains the tokenizer, and sends it
-            splits = read_splits(cfg, display.log)
-            self.tokenizers = Tokenizers.from_state(ranks.from_main(None))
-        self._encode_splits(splits)
-
-        set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
-        self.model: Transformer = (resumed.model if resumed is not None else
-                                   build_model(cfg.model, self.tokenizers.source.vocab_size,
-                                               self.tokenizers.target.vocab_size)).to(self.device)
-        self.model.gradient_checkpointing = cfg.train.gradient_checkpointing
-        if ranks.rank:
-            set_seed(dropout_seed(cfg.train.seed, ranks.rank))
-        self.optimizer = adamw(self.model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
-        self.precision = resolve_precision(cfg.train.precision, self.device)
-        self.scaler = self.precision.grad_scaler(self.device)
-        # The DDP and compiled wrappers share the parameters; the plain module stays the one saved and decoded with.
-        replica = ranks.replicate(TrainingObjective(self.model, cfg.train.label_smoothing))
-        objective = torch.compile(replica) if cfg.train.compile else replica
-        self.update = TrainingStep(self.model, objective, self.optimizer, self.scheduler, self.scaler, self.precision,
-                                   self.device, cfg.train.clip_norm, ranks, replica)
-        self.nonfinite = NonfiniteGuard(cfg.train.max_nonfinite_steps)
-        stopping = cfg.train.early_stopping
-        self.early_stopping = EarlyStopping(stopping.metric, stopping.patience) if stopping else None
+    def __init__(self, setup: TrainingSetup):
+        """Only takes over the setup's fields; `run` starts the loop."""
+        self.cfg = setup.cfg
+        self.display = setup.display
+        self.ranks = setup.ranks
+        self.paths = setup.paths
+        self.device = setup.device
+        self.tokenizers = setup.tokenizers
+        self.train_examples = setup.train_examples
+        self.valid_examples = setup.valid_examples
+        self.valid_pairs = setup.valid_pairs
+        self.model = setup.model
+        self.optimizer = setup.optimizer
+        self.scheduler = setup.scheduler
+        self.scaler = setup.scaler
+        self.precision = setup.precision
+        self.update = setup.update
+        self.nonfinite = setup.nonfinite
+        self.early_stopping = setup.early_stopping
         self.stop_early = False  # set by a validation that used up the early-stopping patience
-        self.step = 0  # updates applied
-        self.epoch = 0  # the epoch in progress; 0 before the first
-        self.batches_done = 0  # batches of this epoch already trained on
+        self.step = setup.progress.step  # updates applied
+        self.epoch = setup.progress.epoch  # the epoch in progress; 0 before the first
+        self.batches_done = setup.progress.batches_done  # batches of this epoch already trained on
+        self.elapsed_before = setup.progress.elapsed  # training seconds of the run before this resume
+        self.validated_step = setup.progress.validated_step
+        self.best_metrics = setup.progress.best_metrics
         self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
-        self.elapsed_before = 0.0  # training seconds of the run before this resume
-        self.validated_step = 0
-        self.best_metrics: dict = {}
-        if resumed is not None:
-            self._restore(resumed)
-        self._log_setup()
-
-    def _encode_splits(self, splits: Splits) -> None:
-        cfg = self.cfg
-        self.valid_pairs = splits.valid
-        train_examples = encode_examples(splits.train, self.tokenizers)
-        self.train_examples, dropped = filter_by_length(train_examples, cfg.data.max_source_tokens,
-                                                        cfg.data.max_target_tokens, cfg.data.max_length_ratio)
-        if dropped:
-            self.display.log(f"length filter: dropped {dropped:,} of {len(train_examples):,} training pairs")
-        if not self.train_examples:
-            raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
-                             "data.max_target_tokens or data.max_length_ratio")
-        # Validation loss needs every token embedded; learned positions end at model.max_positions.
-        position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
-        self.valid_examples = [e for e in encode_examples(self.valid_pairs, self.tokenizers)
-                               if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
-
-    def _log_setup(self) -> None:
-        parameters = sum(p.numel() for p in self.model.parameters())
-        self.display.log(f"model: {parameters / 1e6:.1f}M parameters on {self.device}, {self.precision.describe()}; "
-                         f"{len(self.train_examples):,} training pairs")
-        train = self.cfg.train
-        shared = f", shared by {self.ranks.world_size} processes" if self.ranks.distributed else ""
-        self.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
-                         f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate}){shared}")
-        if self.step:
-            self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
-                             f"of {len(self._batches_of_epoch(self.epoch))}")
 
     # -- resume state ---------------------------------------------------------------------------
 
     def _training_state(self, rng_by_rank: list[dict]) -> dict:
         """Everything besides the weights that continuing this run exactly needs. `rng_by_rank` holds
-        every process's random streams (each draws its own dropout masks); "rng" is rank 0's."""
+        every process's random streams (each draws its own dropout masks); "rng" is rank 0's.
+        setup._restore reads it back."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "grad_scaler": self.scaler.state_dict(), "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank,
                 "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
                 "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total,
                 "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None}
-
-    def _restore(self, resumed: Checkpoint) -> None:
-        state = resumed.training_state
-        load_optimizer_state(self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
-            self.scaler.load_state_dict(state["grad_scaler"])
-        self.step, self.epoch, self.batches_done = resumed.step, resumed.epoch, state["batches_done"]
-        self.elapsed_before, self.validated_step = state["elapsed"], state["validated_step"]
-        self.best_metrics, self.nonfinite.total = state["best_metrics"], state["nonfinite_steps"]
-        if self.early_stopping and state.get("early_stopping"):
-            self.early_stopping.load_state_dict(state["early_stopping"])
-        # Last: nothing after this may draw random numbers before training.
-        rng_by_rank = state.get("rng_by_rank") or [state["rng"]]
-        if len(rng_by_rank) != self.ranks.world_size:
-            self.display.log(f"resume: the run had {len(rng_by_rank)} processes and now has {self.ranks.world_size}; "
-                             f"updates still cover the same batches, but dropout masks differ from an "
-                             f"uninterrupted run")
-        if self.ranks.rank < len(rng_by_rank):
-            restore_rng_state(rng_by_rank[self.ranks.rank])
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -268,6 +109,7 @@ class Trainer:
         return total / max(tokens, 1)
 
     def validation_bleu(self) -> float:
+        """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
         self.model.eval()
         with self.precision.autocast(self.device):
             translations = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
@@ -313,6 +155,7 @@ class Trainer:
         self.stop_early = self.ranks.from_main(self.stop_early)
 
     def _is_better(self, metrics: dict) -> bool:
+        """Whether this validation beats the best so far: BLEU decides, the loss breaks ties or stands in."""
         if not self.best_metrics:
             return True
         if "valid_bleu" in metrics and metrics["valid_bleu"] != self.best_metrics["valid_bleu"]:
@@ -334,12 +177,14 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------
 
     def _budget_spent(self, elapsed: float) -> bool:
+        """Whether train.max_steps or train.max_minutes is used up (train.max_epochs ends the loop itself)."""
         train = self.cfg.train
         if train.max_steps is not None and self.step >= train.max_steps:
             return True
         return train.max_minutes is not None and elapsed >= train.max_minutes * 60
 
     def _eta(self, elapsed: float, steps_per_epoch: int) -> Optional[float]:
+        """Seconds left until the first of the budgets runs out, at the mean pace so far."""
         train = self.cfg.train
         seconds_per_step = elapsed / max(self.step, 1)
         total_steps = train.max_epochs * steps_per_epoch
@@ -371,13 +216,23 @@ class Trainer:
         return batches[self.batches_done : self.batches_done + self.cfg.train.accumulate]
 
     def _updates_per_epoch(self) -> int:
+        """Updates in the epoch in progress (its last may have fewer than train.accumulate batches)."""
         return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
 
     def _elapsed(self) -> float:
         """Training seconds so far, those before a resume included."""
         return self.elapsed_before + time.monotonic() - self._started
 
+    def _log_resume_point(self) -> None:
+        """Where in its epoch a resumed run picks up, for the log."""
+        if self.step:
+            self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
+                             f"of {len(self._batches_of_epoch(self.epoch))}")
+
     def run(self) -> TrainResult:
+        """Train until the run ends, then validate and save its last step unless that was just done; a
+        signal, Ctrl-C or divergence saves last.pt instead and raises."""
+        self._log_resume_point()
         self._started = time.monotonic()
         self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None) if self.ranks.is_main else None
         if self.metrics_log is not None and self.metrics_log.tensorboard:
@@ -432,6 +287,8 @@ class Trainer:
                    for positions in update for p in positions)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
+        """Updates until the budget, the epochs or early stopping end the run, logging and validating
+        every train.log_every and train.valid_every steps."""
         train = self.cfg.train
         while not self._agreed_stop(stop):
             update = self._next_update()
@@ -458,12 +315,14 @@ class Trainer:
                 meter.restart_window()  # validation time is not training throughput
 
     def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
+        """The progress line's figures now."""
         elapsed = self._elapsed()
         return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
                               meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
                               self._best_text(), self.nonfinite.total)
 
     def _best_text(self) -> str:
+        """The best validation so far, for the progress line; empty before the first."""
         if "valid_bleu" in self.best_metrics:
             return f"BLEU {self.best_metrics['valid_bleu']:.1f}"
         if "valid_loss" in self.best_metrics:
@@ -480,9 +339,11 @@ class _ThroughputMeter:
         self.restart_window()
 
     def restart_window(self) -> None:
+        """Count tokens per second from now on."""
         self._tokens, self._since = 0, time.monotonic()
 
     def add(self, loss: float, tokens: int) -> None:
+        """One applied update's mean loss and the tokens it trained on."""
         self.loss_average = loss if math.isnan(self.loss_average) else 0.98 * self.loss_average + 0.02 * loss
         self._tokens += tokens
 
@@ -500,4 +361,4 @@ def train(cfg: Config, display: Optional[TrainingDisplay] = None, resume: bool =
     with process_group(cfg.train.device) as ranks:
         display = (display or TrainingDisplay()) if ranks.is_main else TrainingDisplay(quiet=True)
         with display:
-            return Trainer(cfg, display, resume, ranks).run()
+            return Trainer(setup_training(cfg, display, resume, ranks)).run()

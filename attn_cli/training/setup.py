@@ -1,0 +1,270 @@
+"""What a training run starts from: the resume point and the config it continues with, the run
+directory, the tokenizers and encoded data, the model, optimizer, schedule and DDP wrapper.
+`setup_training` gathers them into a `TrainingSetup`, which `Trainer` (trainer.py) runs the loop on."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
+from attn_cli.data.batching import Example, filter_by_length
+from attn_cli.data.corpus import DataError, Pair, Splits
+from attn_cli.data.prepare import prepare, read_splits, write_splits
+from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.model import Transformer, build_model
+from attn_cli.paths import RunPaths
+from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
+from attn_cli.training.early_stopping import EarlyStopping
+from attn_cli.training.precision import Precision, resolve_precision
+from attn_cli.training.progress import TrainingDisplay
+from attn_cli.training.resume import resume_config
+from attn_cli.training.rng import restore_rng_state
+from attn_cli.training.step import NonfiniteGuard, TrainingObjective, TrainingStep, adamw, load_optimizer_state
+
+
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """The torch device for `name`; `option` is what the user set it with, for the error message."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ConfigError(f"{option}: {name!r} is not a device; use auto, cpu, cuda or cuda:N")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{option}: {name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu")
+    return torch.device(name)
+
+
+def inverse_sqrt_schedule(warmup_steps: int):
+    """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+    return factor
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's and torch's global generators, which tokenizer training, weight initialisation
+    and dropout draw from."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def dropout_seed(seed: int, rank: int) -> int:
+    """The seed of process `rank`'s random streams once the model is built: each process draws its
+    own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
+    return seed * 1000003 + rank
+
+
+def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
+    """Token ids of each (source, target) pair, numbered in corpus order."""
+    sources = tokenizers.source.encode([p[0] for p in pairs])
+    targets = tokenizers.target.encode([p[1] for p in pairs])
+    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
+
+
+def _refuse_to_overwrite(paths: RunPaths) -> None:
+    """A new run must never silently replace the checkpoints of a finished one."""
+    existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
+    if existing:
+        raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
+                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
+                          f"{paths.checkpoint_dir} to start over")
+
+
+def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
+    """The run's last.pt, which --resume continues from; refused when it is missing or holds no
+    resume state, rather than silently starting over."""
+    if not paths.last_checkpoint.is_file():
+        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
+    checkpoint = load_checkpoint(paths.last_checkpoint, device)
+    if "batches_done" not in checkpoint.training_state:
+        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
+                              f"start a new run_dir")
+    return checkpoint
+
+
+def _keep_metrics_up_to(log: Path, step: int) -> None:
+    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+    if log.is_file():
+        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
+
+
+@dataclass
+class Progress:
+    """Where a run stands: nothing done for a new run, the checkpoint's position for a resumed one."""
+    step: int = 0  # updates applied
+    epoch: int = 0  # the epoch in progress; 0 before the first
+    batches_done: int = 0  # batches of this epoch already trained on
+    elapsed: float = 0.0  # training seconds before this resume
+    validated_step: int = 0
+    best_metrics: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainingSetup:
+    """Everything the training loop needs, read, built or restored by `setup_training`."""
+    cfg: Config  # the config the run trains with: for a resumed run, its own with the changes resuming allows
+    display: TrainingDisplay
+    ranks: Ranks
+    paths: RunPaths
+    device: torch.device
+    tokenizers: Tokenizers
+    train_examples: list[Example]  # those the length filters kept
+    valid_examples: list[Example]  # those the model can embed whole, for the validation loss
+    valid_pairs: list[Pair]  # the validation split's texts, for BLEU
+    model: Transformer  # the plain module, the one saved and decoded with
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    precision: Precision
+    update: TrainingStep
+    nonfinite: NonfiniteGuard
+    early_stopping: Optional[EarlyStopping]
+    progress: Progress = field(default_factory=Progress)
+
+
+def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
+                   ranks: Ranks = SINGLE_PROCESS) -> TrainingSetup:
+    """Everything a run trains from, in an order that keeps runs repeatable and resumes exact (the
+    seeds are set at fixed points). Every process of a torchrun run calls it; rank 0 alone writes files."""
+    paths = RunPaths.of(cfg.run_dir)
+    device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
+    resumed = _load_resume_point(paths, device) if resume else None
+    cfg = _run_config(cfg, paths, resumed, display)
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
+    if ranks.is_main:
+        _prepare_run_dir(cfg, paths, resumed)
+
+    set_seed(cfg.train.seed)
+    splits, tokenizers = _splits_and_tokenizers(cfg, resumed, display, ranks)
+    train_examples, valid_examples = _encode_splits(cfg, splits, tokenizers, display)
+
+    set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
+    model = (resumed.model if resumed is not None else
+             build_model(cfg.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)).to(device)
+    model.gradient_checkpointing = cfg.train.gradient_checkpointing
+    if ranks.rank:
+        set_seed(dropout_seed(cfg.train.seed, ranks.rank))
+    optimizer = adamw(model.parameters(), cfg.train.lr, cfg.train.betas, cfg.train.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
+    precision = resolve_precision(cfg.train.precision, device)
+    scaler = precision.grad_scaler(device)
+    # The DDP and compiled wrappers share the parameters; the plain module stays the one saved and decoded with.
+    replica = ranks.replicate(TrainingObjective(model, cfg.train.label_smoothing))
+    objective = torch.compile(replica) if cfg.train.compile else replica
+    update = TrainingStep(model, objective, optimizer, scheduler, scaler, precision, device, cfg.train.clip_norm,
+                          ranks, replica)
+    stopping = cfg.train.early_stopping
+    setup = TrainingSetup(cfg, display, ranks, paths, device, tokenizers, train_examples, valid_examples, splits.valid,
+                          model, optimizer, scheduler, scaler, precision, update,
+                          NonfiniteGuard(cfg.train.max_nonfinite_steps),
+                          EarlyStopping(stopping.metric, stopping.patience) if stopping else None)
+    if resumed is not None:
+        _restore(setup, resumed)
+    _log_setup(setup)
+    return setup
+
+
+def _run_config(cfg: Config, paths: RunPaths, resumed: Optional[Checkpoint], display: TrainingDisplay) -> Config:
+    """The config to train with: a resumed run's own, with the changes resuming allows (each logged);
+    for a new run `cfg` itself, once it is clear that no finished run would be overwritten."""
+    if resumed is not None:
+        cfg, changes = resume_config(cfg, resumed.config, paths.last_checkpoint)
+        for change in changes:
+            display.log(f"resume: {change}")
+    else:
+        _refuse_to_overwrite(paths)
+    return cfg
+
+
+def _prepare_run_dir(cfg: Config, paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
+    """Save the config into the run directory and keep only the metrics the run will not write again;
+    rank 0's job."""
+    paths.root.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, paths.config)
+    if resumed is not None:
+        _keep_metrics_up_to(paths.metrics_log, resumed.step)
+    else:
+        paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
+
+
+def _splits_and_tokenizers(cfg: Config, resumed: Optional[Checkpoint], display: TrainingDisplay,
+                           ranks: Ranks) -> tuple[Splits, Tokenizers]:
+    """The corpus splits and the tokenizers. A resumed run keeps its checkpoint's tokenizers, the ones
+    its weights were trained with; for a new run rank 0 trains them and sends them to the others."""
+    if resumed is not None:
+        splits = read_splits(cfg, display.log)
+        if ranks.is_main:
+            write_splits(cfg, splits)
+        return splits, resumed.tokenizers
+    if ranks.is_main:
+        prepared = prepare(cfg, display.log)
+        ranks.from_main(prepared.tokenizers.to_state())
+        return prepared.splits, prepared.tokenizers
+    # Every process reads the corpus; rank 0 alone trains the tokenizer, and sends it.
+    splits = read_splits(cfg, display.log)
+    return splits, Tokenizers.from_state(ranks.from_main(None))
+
+
+def _encode_splits(cfg: Config, splits: Splits, tokenizers: Tokenizers,
+                   display: TrainingDisplay) -> tuple[list[Example], list[Example]]:
+    """The training examples the length filters keep, and the validation examples whose every token
+    the model can embed (the validation loss needs them all)."""
+    encoded = encode_examples(splits.train, tokenizers)
+    train_examples, dropped = filter_by_length(encoded, cfg.data.max_source_tokens,
+                                               cfg.data.max_target_tokens, cfg.data.max_length_ratio)
+    if dropped:
+        display.log(f"length filter: dropped {dropped:,} of {len(encoded):,} training pairs")
+    if not train_examples:
+        raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
+                         "data.max_target_tokens or data.max_length_ratio")
+    # Learned positions end at model.max_positions.
+    position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
+    valid_examples = [e for e in encode_examples(splits.valid, tokenizers)
+                      if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
+    return train_examples, valid_examples
+
+
+def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
+    """Continue exactly where `resumed` left off: the optimizer, schedule, scaler and early-stopping
+    states, the run's progress, then this process's random streams (the keys are Trainer._training_state's)."""
+    state = resumed.training_state
+    load_optimizer_state(setup.optimizer, state["optimizer"])
+    setup.scheduler.load_state_dict(state["scheduler"])
+    if setup.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
+        setup.scaler.load_state_dict(state["grad_scaler"])
+    setup.progress = Progress(resumed.step, resumed.epoch, state["batches_done"], state["elapsed"],
+                              state["validated_step"], state["best_metrics"])
+    setup.nonfinite.total = state["nonfinite_steps"]
+    if setup.early_stopping and state.get("early_stopping"):
+        setup.early_stopping.load_state_dict(state["early_stopping"])
+    # Last: nothing after this may draw random numbers before training.
+    rng_by_rank = state.get("rng_by_rank") or [state["rng"]]
+    if len(rng_by_rank) != setup.ranks.world_size:
+        setup.display.log(f"resume: the run had {len(rng_by_rank)} processes and now has {setup.ranks.world_size}; "
+                          f"updates still cover the same batches, but dropout masks differ from an "
+                          f"uninterrupted run")
+    if setup.ranks.rank < len(rng_by_rank):
+        restore_rng_state(rng_by_rank[setup.ranks.rank])
+
+
+def _log_setup(setup: TrainingSetup) -> None:
+    """The model's size, device and precision, and the effective batch, for the log."""
+    parameters = sum(p.numel() for p in setup.model.parameters())
+    setup.display.log(f"model: {parameters / 1e6:.1f}M parameters on {setup.device}, "
+                      f"{setup.precision.describe()}; {len(setup.train_examples):,} training pairs")
+    train = setup.cfg.train
+    shared = f", shared by {setup.ranks.world_size} processes" if setup.ranks.distributed else ""
+    setup.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
+                      f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate}){shared}")
