@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import select
 import sys
 from dataclasses import dataclass
@@ -123,12 +122,10 @@ def decode_options(decode: DecodeConfig, flags: dict[str, Any]) -> DecodeConfig:
     try:
         options.validate("decode")
     except ConfigError as error:
-        # Name this command's flags, not the config keys: "decode.n_best: 4 is more than beam_size=2"
-        # -> "--n-best: 4 is more than --beam=2".
-        message = str(error)
-        for key in flags:
-            message = re.sub(rf"\b(decode\.)?{key}\b", DECODE_FLAGS[key], message)
-        raise UserError(message.removeprefix("decode: ")) from None
+        # Name this command's flags, not the config keys: "--n-best: 4 is more than --beam=2", not
+        # "decode.n_best: 4 is more than beam_size=2"; a problem of the whole section has no prefix.
+        names = {f"decode.{key}": DECODE_FLAGS[key] for key in flags}
+        raise UserError(error.describe({"decode": None, **names})) from None
     return options
 
 
