@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from attn_cli.config import ConfigError, load_config
+
 _STEP_CHECKPOINT = re.compile(r"step-(\d+)\.pt")
+DEFAULT_CONFIG = Path("configs/en-zh.yaml")  # what `attn train` reads without --config
+
+
+def default_run_dir() -> Path:
+    """The run of the default config, so `attn translate` works right after `attn train`."""
+    if DEFAULT_CONFIG.is_file():
+        with contextlib.suppress(ConfigError):
+            return Path(load_config(DEFAULT_CONFIG).run_dir)
+    return Path("runs/en-zh")
 
 
 @dataclass(frozen=True)
@@ -16,6 +28,11 @@ class RunPaths:
     @classmethod
     def of(cls, run_dir: str | Path) -> "RunPaths":
         return cls(Path(run_dir))
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: str | Path) -> "RunPaths":
+        """The run a checkpoint belongs to: checkpoints live in RUN/checkpoints/."""
+        return cls(Path(checkpoint).parent.parent)
 
     @property
     def config(self) -> Path:
@@ -65,3 +82,8 @@ class RunPaths:
     @property
     def tensorboard_dir(self) -> Path:
         return self.root / "tensorboard"
+
+
+def hypotheses_file(checkpoint: Path, source: Path) -> Path:
+    """Where `attn eval` keeps the translations of `source`: next to the checkpoint that made them."""
+    return checkpoint.with_name(f"{checkpoint.stem}.{source.name}.hyp")

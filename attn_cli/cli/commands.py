@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import select
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,23 +18,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attn_cli.training.average import average_checkpoints
-from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from attn_cli.decoding.attention_view import collect_attention, render_alignment, save_attention
+from attn_cli.training.checkpoint import Checkpoint, CheckpointError, find_checkpoint, load_checkpoint
+from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
+from attn_cli.decoding.io import TranslationWriter, read_lines, read_parallel, stdin_batches
 from attn_cli.config import ConfigError, DecodeConfig, load_config
 from attn_cli.data.corpus import DataError
 from attn_cli.training.distributed import is_main_process
 from attn_cli.errors import UserError
 from attn_cli.decoding.scoring import score_translations
-from attn_cli.paths import RunPaths
+from attn_cli.paths import RunPaths, default_run_dir, hypotheses_file
 from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
 from attn_cli.training.progress import TrainingDisplay, format_duration
-from attn_cli.vocab import EOS_ID
 from attn_cli.data.tokenizer import TokenizerError
 from attn_cli.training.trainer import resolve_device, train as run_training
 from attn_cli.training.step import TrainingDiverged
-from attn_cli.decoding.translate import Translation, translate_sentences
-
-DEFAULT_CONFIG = Path("configs/en-zh.yaml")
+from attn_cli.decoding.translate import Translation, override_decode, translate_sentences
 
 
 @contextlib.contextmanager
@@ -81,30 +77,9 @@ def tokenizer(config_path: Path, overrides: Sequence[str], retrain: bool, consol
                   f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}", highlight=False)
 
 
-def default_run_dir() -> Path:
-    """The run of the default config, so `attn translate` works right after `attn train`."""
-    if DEFAULT_CONFIG.is_file():
-        with contextlib.suppress(ConfigError):
-            return Path(load_config(DEFAULT_CONFIG).run_dir)
-    return Path("runs/en-zh")
-
-
-def find_checkpoint(run: Optional[Path], checkpoint: Optional[Path]) -> Path:
-    if checkpoint is not None:
-        if not checkpoint.is_file():
-            raise UserError(f"checkpoint not found: {checkpoint}")
-        return checkpoint
-    paths = RunPaths.of(run if run is not None else default_run_dir())
-    for candidate in (paths.best_checkpoint, paths.last_checkpoint):
-        if candidate.is_file():
-            return candidate
-    raise UserError(f"no checkpoint in {paths.checkpoint_dir} (looked for best.pt and last.pt); "
-                    f"train one with `attn train --config configs/en-zh.yaml`, or pass --run DIR or --checkpoint PATH")
-
-
 def load_translator(run: Optional[Path], checkpoint: Optional[Path], device: str) -> Checkpoint:
-    path = find_checkpoint(run, checkpoint)
     with user_errors():
+        path = find_checkpoint(run, checkpoint)
         return load_checkpoint(path, resolve_device(device, "--device"))
 
 
@@ -117,16 +92,13 @@ DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "
 
 def decode_options(decode: DecodeConfig, flags: dict[str, Any]) -> DecodeConfig:
     """The checkpoint's decode settings with the flags the user gave (None = not given)."""
-    given = {key: value for key, value in flags.items() if value is not None}
-    options = dataclasses.replace(decode, **given)
     try:
-        options.validate("decode")
+        return override_decode(decode, flags)
     except ConfigError as error:
         # Name this command's flags, not the config keys: "--n-best: 4 is more than --beam=2", not
         # "decode.n_best: 4 is more than beam_size=2"; a problem of the whole section has no prefix.
         names = {f"decode.{key}": DECODE_FLAGS[key] for key in flags}
         raise UserError(error.describe({"decode": None, **names})) from None
-    return options
 
 
 @dataclass
@@ -164,15 +136,6 @@ def _progress(console: Console) -> Progress:
                     console=console, transient=True)
 
 
-def read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise UserError(f"input file not found: {path}")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not valid UTF-8 at byte {error.start}; convert it with `iconv -t utf-8`") from None
-
-
 def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Path], input_file: Optional[Path],
               output_file: Optional[Path], device: str, decode_flags: dict[str, Any], output_format: str,
               inspection: Inspection, console: Console) -> None:
@@ -188,14 +151,14 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
         out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
     except OSError as error:
         raise UserError(f"cannot write --output {output_file}: {error.strerror}") from None
-    writer = _Writer(out, output_format, console, where=input_file or ("stdin" if not texts else "argument"))
+    writer = TranslationWriter(out, output_format, lambda message: console.print(message, highlight=False), where=input_file or ("stdin" if not texts else "argument"))
     try:
         if texts:
             translations = translator(texts)
         elif lines is not None:
             translations = translator.translate_with_progress(lines, console)
         else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
-            for batch in _stdin_batches(sys.stdin):
+            for batch in stdin_batches(sys.stdin):
                 translations = translator(batch)
                 writer.write(translations)
                 if inspection.wanted:
@@ -211,76 +174,19 @@ def translate(texts: Sequence[str], run: Optional[Path], checkpoint: Optional[Pa
             out.close()
 
 
-def _stdin_batches(stream, max_lines: int = 64) -> Iterator[list[str]]:
-    """Lines as they arrive: each batch holds the lines already waiting, so a pipe fed one line at
-    a time gets each answer at once, and a file piped in is still translated in batches."""
-    try:
-        stream.fileno()
-    except (OSError, ValueError, AttributeError):  # not a real file (tests): one line at a time
-        for line in stream:
-            yield [line.rstrip("\n")]
-        return
-    while True:
-        line = stream.readline()
-        if not line:
-            return
-        batch = [line.rstrip("\n")]
-        while len(batch) < max_lines and select.select([stream], [], [], 0)[0]:
-            line = stream.readline()
-            if not line:
-                break
-            batch.append(line.rstrip("\n"))
-        yield batch
-
-
-class _Writer:
-    """Writes translations as text (one line each; with n-best, `input<TAB>score<TAB>text` lines) or
-    JSONL (source, translations with scores and tokens), and warns about inputs that were cut."""
-
-    def __init__(self, out, output_format: str, console: Console, where):
-        self.out, self.format, self.console, self.where = out, output_format, console, where
-        self.count = 0
-
-    def write(self, translations: Sequence[Translation]) -> None:
-        for translation in translations:
-            self.count += 1
-            if translation.note:
-                self.console.print(f"warning: {self.where} line {self.count}: {translation.note}", highlight=False)
-            self.out.write(self._format(translation))
-        self.out.flush()
-
-    def _format(self, translation: Translation) -> str:
-        if self.format == "jsonl":
-            hypotheses = [{"text": text, "score": round(score, 4), "tokens": tokens}
-                          for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)]
-            record = {"source": translation.source, "translations": hypotheses}
-            if translation.note:
-                record["note"] = translation.note
-            return json.dumps(record, ensure_ascii=False) + "\n"
-        if len(translation.texts) == 1:
-            return translation.texts[0] + "\n"
-        return "".join(f"{self.count - 1}\t{score:.4f}\t{text}\n"
-                       for text, score in zip(translation.texts, translation.scores))
-
-
 def _inspect(loaded: Checkpoint, translations: Sequence[Translation], inspection: Inspection,
              console: Console, first: int, numbered: bool) -> None:
     """Draw and/or save the attention of each translation's best hypothesis (first part of a split
     input). Numbered files are named by input line: attention.json -> attention.0.json, ..."""
     for number, translation in enumerate(translations, start=first):
-        if not translation.outputs:
+        found = translation_attention(loaded.model, loaded.tokenizers, translation)
+        if found is None:
             continue
-        source_ids, output_ids = translation.parts[0], translation.outputs[0][0].tokens
-        maps = collect_attention(loaded.model, source_ids + [EOS_ID], output_ids)
-        source_tokens = loaded.tokenizers.source.id_to_piece(source_ids)
-        target_tokens = loaded.tokenizers.target.id_to_piece(output_ids)
         if inspection.show:
-            console.print(render_alignment(maps, source_tokens, target_tokens, inspection.layer, inspection.head))
+            console.print(render_alignment(*found, inspection.layer, inspection.head))
         if inspection.output is not None:
-            path = inspection.output
-            if numbered:
-                path = path.with_name(f"{path.stem}.{number}{path.suffix}")
-            save_attention(path, maps, source_tokens, target_tokens)
+            path = numbered_path(inspection.output, number) if numbered else inspection.output
+            save_attention(path, *found)
             console.print(f"attention weights written to {path}", highlight=False)
 
 
@@ -288,23 +194,21 @@ def evaluate(bleu: bool, run: Optional[Path], checkpoint: Optional[Path], src: O
              device: str, decode_flags: dict[str, Any], console: Console) -> None:
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    checkpoint_path = find_checkpoint(run, checkpoint)
+    with user_errors():
+        checkpoint_path = find_checkpoint(run, checkpoint)
     loaded = load_translator(None, checkpoint_path, device)
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     translator = _Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags))
     cfg = loaded.config
     if src is None:
-        # A checkpoint lives in RUN/checkpoints/, so its run is two levels up.
-        paths = RunPaths.of(run if run is not None else checkpoint_path.parent.parent)
+        paths = RunPaths.of(run) if run is not None else RunPaths.of_checkpoint(checkpoint_path)
         src = paths.split_file("test", cfg.data.src_lang)
         ref = paths.split_file("test", cfg.data.tgt_lang)
         if not src.is_file():
             raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
-    sources, references = read_lines(src), read_lines(ref)
-    if len(sources) != len(references):
-        raise UserError(f"{src} has {len(sources)} lines but {ref} has {len(references)}; they must pair up line by line")
+    sources, references = read_parallel(src, ref)
     hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources, console)]
-    hypotheses_path = checkpoint_path.with_name(f"{checkpoint_path.stem}.{src.name}.hyp")
+    hypotheses_path = hypotheses_file(checkpoint_path, src)
     hypotheses_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     console.print(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}", highlight=False)
     if bleu:
