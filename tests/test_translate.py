@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.training.checkpoint import load_checkpoint
-from attn_cli.cli.commands import decode_options
+from attn_cli.cli.translator import decode_options
 from attn_cli.decoding.io import stdin_batches
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate
