@@ -40,6 +40,7 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
 
 
 def load_for_decoding(path: Path, device: str) -> Checkpoint:
+    """The checkpoint at `path` on the device that --device names (a bad name is reported as --device's)."""
     return load_checkpoint(path, resolve_device(device, "--device"))
 
 
