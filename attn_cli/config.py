@@ -7,14 +7,17 @@ error names the full YAML path of the offending key and says how to fix it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import re
+import string
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, NoReturn, Optional, Union
 
 import yaml
 
@@ -23,11 +26,42 @@ DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 class ConfigError(ValueError):
-    """A configuration problem, with the YAML path of the key at fault in its message."""
+    """A configuration problem: `problem` says what is wrong and how to fix it, `key` names the
+    setting at fault (a dotted YAML key such as "decode.n_best", or the command-line option that set
+    it, such as "--device" or "--set 'x'"; None for a problem of a whole file), and `config_file` is
+    the file the setting came from, when one did. str() reads "config_file: key: problem".
+
+    A problem that names another setting writes it as a `$placeholder`, which reads as its own name
+    ("$beam_size" as "beam_size"), and `mentions` maps each placeholder to that setting's dotted key.
+    The key and the mentions are kept apart from the text so that a reader can call them its own
+    way (the command line calls them by its flags) without rewriting the message.
+    """
+
+    def __init__(self, problem: str, key: Optional[str] = None, *, mentions: Optional[Mapping[str, str]] = None,
+                 config_file: Optional[str | Path] = None):
+        self.problem, self.key, self.config_file = problem, key, config_file
+        self.mentions = dict(mentions or {})
+        super().__init__(self.describe())
+
+    def describe(self, names: Optional[Mapping[str, Optional[str]]] = None) -> str:
+        """The message, with each key called what `names` maps it to (a key missing from `names`
+        keeps its dotted name, a placeholder its own name; a key named None leaves its prefix out)."""
+        names = names or {}
+        problem = self.problem
+        if self.mentions:  # safe_substitute: a "$" that is no placeholder is left as it is
+            problem = string.Template(problem).safe_substitute(
+                {placeholder: names.get(key, placeholder) for placeholder, key in self.mentions.items()})
+        name = names.get(self.key, self.key) if self.key is not None else None
+        where = f"{self.config_file}: " if self.config_file is not None else ""
+        return f"{where}{name}: {problem}" if name is not None else f"{where}{problem}"
+
+    def in_file(self, config_file: str | Path) -> "ConfigError":
+        """This problem, as found in `config_file`."""
+        return ConfigError(self.problem, self.key, mentions=self.mentions, config_file=config_file)
 
 
-def _fail(path: str, message: str) -> None:
-    raise ConfigError(f"{path}: {message}" if path else message)
+def _fail(key: str, problem: str) -> NoReturn:
+    raise ConfigError(problem, key or None)  # "" is the top level: the whole file
 
 
 @dataclass(frozen=True)
@@ -221,13 +255,15 @@ class DecodeConfig:
 
     def validate(self, path: str) -> None:
         if self.max_len_a < 0 or self.max_len_b < 1:
-            _fail(path, f"max_len_a={self.max_len_a} must be >= 0 and max_len_b={self.max_len_b} >= 1")
+            raise ConfigError(f"$max_len_a={self.max_len_a} must be >= 0 and $max_len_b={self.max_len_b} >= 1", path,
+                              mentions={"max_len_a": f"{path}.max_len_a", "max_len_b": f"{path}.max_len_b"})
         for key in ("beam_size", "n_best", "max_tokens"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         if not self.sample and self.n_best > self.beam_size:
-            _fail(f"{path}.n_best", f"{self.n_best} is more than beam_size={self.beam_size}; "
-                  f"a beam of k keeps at most k translations, so raise beam_size")
+            raise ConfigError(f"{self.n_best} is more than $beam_size={self.beam_size}; a beam of k keeps at most "
+                              f"k translations, so raise $beam_size", f"{path}.n_best",
+                              mentions={"beam_size": f"{path}.beam_size"})
         if self.temperature <= 0:
             _fail(f"{path}.temperature", f"{self.temperature} must be > 0")
         if self.top_k < 0:
@@ -353,7 +389,7 @@ def config_to_dict(config: Config) -> dict:
 def apply_override(values: dict, override: str) -> None:
     """Apply one `section.key=value` override in place; the value is parsed as YAML."""
     if "=" not in override:
-        raise ConfigError(f"--set {override!r}: expected section.key=value, e.g. --set train.max_steps=100")
+        raise ConfigError("expected section.key=value, e.g. --set train.max_steps=100", f"--set {override!r}")
     dotted, raw = override.split("=", 1)
     keys = dotted.strip().split(".")
     node = values
@@ -362,12 +398,12 @@ def apply_override(values: dict, override: str) -> None:
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {override!r}: {key} is not a section")
+            raise ConfigError(f"{key} is not a section", f"--set {override!r}")
         node = child
     try:
         node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set {override!r}: the value is not valid YAML; quote it or fix the brackets") from None
+        raise ConfigError("the value is not valid YAML; quote it or fix the brackets", f"--set {override!r}") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -380,17 +416,29 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         try:
             values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+            raise ConfigError(f"not valid YAML: {error}", config_file=path) from None
         if not isinstance(values, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+            raise ConfigError("the top level must be a mapping of sections", config_file=path)
     for override in overrides:
         apply_override(values, override)
     try:
         return config_from_dict(values)
     except ConfigError as error:
-        where = f"{path}: " if path is not None else ""
-        raise ConfigError(f"{where}{error}") from None
+        if path is None:
+            raise
+        raise error.in_file(path) from None
 
 
 def save_config(config: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+DEFAULT_CONFIG = Path("configs/en-zh.yaml")  # what `attn train` reads without --config
+
+
+def default_run_dir() -> Path:
+    """The run of the default config, so `attn translate` works right after `attn train`."""
+    if DEFAULT_CONFIG.is_file():
+        with contextlib.suppress(ConfigError):
+            return Path(load_config(DEFAULT_CONFIG).run_dir)
+    return Path("runs/en-zh")

@@ -17,6 +17,11 @@ class RunPaths:
     def of(cls, run_dir: str | Path) -> "RunPaths":
         return cls(Path(run_dir))
 
+    @classmethod
+    def of_checkpoint(cls, checkpoint: str | Path) -> "RunPaths":
+        """The run a checkpoint belongs to: checkpoints live in RUN/checkpoints/."""
+        return cls(Path(checkpoint).parent.parent)
+
     @property
     def config(self) -> Path:
         return self.root / "config.yaml"  # the resolved config, overrides applied
@@ -65,3 +70,8 @@ class RunPaths:
     @property
     def tensorboard_dir(self) -> Path:
         return self.root / "tensorboard"
+
+
+def hypotheses_file(checkpoint: Path, source: Path) -> Path:
+    """Where `attn eval` keeps the translations of `source`: next to the checkpoint that made them."""
+    return checkpoint.with_name(f"{checkpoint.stem}.{source.name}.hyp")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_cli.config import ConfigError, load_config
+from attn_cli.config import ConfigError, DecodeConfig, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +42,30 @@ def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
         load_config(write(tmp_path, text))
     assert expected in str(error.value)
     assert str(tmp_path / "config.yaml") in str(error.value)
+
+
+def test_an_error_keeps_its_key_apart_from_the_problem(tmp_path):
+    path = write(tmp_path, "model:\n  d_model: 64\n  num_heads: 6\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert (error.value.key, error.value.config_file) == ("model.num_heads", path)
+    assert error.value.problem == "6 must divide model.d_model=64"
+    assert str(error.value) == f"{path}: model.num_heads: 6 must divide model.d_model=64"
+    assert error.value.describe({"model.num_heads": "--heads"}) == f"{path}: --heads: 6 must divide model.d_model=64"
+
+
+def test_a_setting_named_in_a_problem_can_be_renamed_like_the_key():
+    with pytest.raises(ConfigError) as error:
+        DecodeConfig(beam_size=2, n_best=4).validate("decode")
+    assert error.value.key == "decode.n_best" and error.value.mentions == {"beam_size": "decode.beam_size"}
+    assert str(error.value) == ("decode.n_best: 4 is more than beam_size=2; a beam of k keeps at most k "
+                                "translations, so raise beam_size")
+    renamed = error.value.describe({"decode.n_best": "-n", "decode.beam_size": "-b"})
+    assert renamed == "-n: 4 is more than -b=2; a beam of k keeps at most k translations, so raise -b"
+    with pytest.raises(ConfigError) as error:  # a problem of the whole section: its key can be left out
+        DecodeConfig(max_len_b=0).validate("decode")
+    assert str(error.value) == "decode: max_len_a=1.5 must be >= 0 and max_len_b=0 >= 1"
+    assert error.value.describe({"decode": None}) == "max_len_a=1.5 must be >= 0 and max_len_b=0 >= 1"
 
 
 def test_overrides_apply_and_are_validated(tmp_path):

@@ -16,7 +16,8 @@ import torch
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.training.checkpoint import load_checkpoint
-from attn_cli.cli.commands import _stdin_batches, decode_options
+from attn_cli.cli.translator import decode_options
+from attn_cli.decoding.io import stdin_batches
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate
 from attn_cli.decoding.greedy import greedy_search, sampler
@@ -297,6 +298,6 @@ def test_stdin_lines_are_batched_as_they_arrive_from_a_real_pipe():
     os.write(write, "a\nb\n\nc\n".encode())
     os.close(write)
     with os.fdopen(read, encoding="utf-8") as stream:
-        assert list(_stdin_batches(stream, max_lines=3)) == [["a", "b", ""], ["c"]]
+        assert list(stdin_batches(stream, max_lines=3)) == [["a", "b", ""], ["c"]]
     # not a real file (as under CliRunner): one line at a time
-    assert list(_stdin_batches(io.StringIO("a\nb\n"))) == [["a"], ["b"]]
+    assert list(stdin_batches(io.StringIO("a\nb\n"))) == [["a"], ["b"]]

@@ -1,2 +1,8 @@
-"""The `attn` command line: the Typer app and what each command calls. Parse, call, print; the
-work itself lives in the packages below. May import everything."""
+"""The `attn` command line: the Typer app (`app`) and one module per command (`train`, `tokenizer`,
+`translate`, `eval`, `average`), with what they share in `common` (options, the error handler) and
+`translator` (decoding flags). Parse, call, print; the work itself lives in the packages below.
+May import everything."""
+
+from attn_cli.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -64,9 +64,9 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
     sizes = {tokenizers.source.vocab_size, tokenizers.target.vocab_size}
     if tokenizers.joint != cfg.tokenizer.joint or sizes != {cfg.tokenizer.vocab_size}:
         kind = "joint" if tokenizers.joint else "separate"
-        raise ConfigError(f"tokenizer: {directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
+        raise ConfigError(f"{directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
                           f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
-                          f"run `attn tokenizer --retrain` with this config, or use another run_dir")
+                          f"run `attn tokenizer --retrain` with this config, or use another run_dir", "tokenizer")
 
 
 def prepare(cfg: Config, log: Log = print) -> Prepared:

@@ -7,8 +7,10 @@ decode the same way, with the `decode` section of the config.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -35,6 +37,14 @@ class Translation:
     parts: list[list[int]] = field(default_factory=list)  # source ids the model saw, no EOS; a long input has several
     outputs: list[list[Hypothesis]] = field(default_factory=list)  # per part, best first
     note: str = ""  # what was done to an input longer than the model takes
+
+
+def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> DecodeConfig:
+    """`decode` with the overrides that were given (None keeps the config's value), validated as the
+    config's `decode` section: a ConfigError names the decode.* key at fault."""
+    options = dataclasses.replace(decode, **{key: value for key, value in overrides.items() if value is not None})
+    options.validate("decode")
+    return options
 
 
 def decode_batch(model: Transformer, src: torch.Tensor, options: DecodeConfig,

@@ -19,6 +19,7 @@ import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict
 from attn_cli.model import Transformer, build_model
+from attn_cli.config import default_run_dir
 from attn_cli.paths import RunPaths
 from attn_cli.data.tokenizer import Tokenizers
 
@@ -77,6 +78,21 @@ def _fuse_attention_projections(state: dict[str, torch.Tensor]) -> dict[str, tor
         for kind in ("weight", "bias"):
             state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(f"{prefix}{part}.{kind}") for part in parts])
     return state
+
+
+def find_checkpoint(run: Optional[Path], checkpoint: Optional[Path]) -> Path:
+    """The checkpoint translate and eval load: `checkpoint` when given, else the run's best.pt, else
+    its last.pt; without a run, those of the default config's run."""
+    if checkpoint is not None:
+        if not checkpoint.is_file():
+            raise CheckpointError(f"checkpoint not found: {checkpoint}")
+        return checkpoint
+    paths = RunPaths.of(run if run is not None else default_run_dir())
+    for candidate in (paths.best_checkpoint, paths.last_checkpoint):
+        if candidate.is_file():
+            return candidate
+    raise CheckpointError(f"no checkpoint in {paths.checkpoint_dir} (looked for best.pt and last.pt); "
+                          f"train one with `attn train --config configs/en-zh.yaml`, or pass --run DIR or --checkpoint PATH")
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:

@@ -121,12 +121,12 @@ def process_device(setting: str, local_rank: int, world_size: int, option: str =
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if setting not in ("auto", "cuda"):
-        raise ConfigError(f"{option}: {setting} names one GPU, but torchrun started {world_size} processes; "
-                          f"use auto or cuda, and each process takes cuda:LOCAL_RANK")
+        raise ConfigError(f"{setting} names one GPU, but torchrun started {world_size} processes; "
+                          f"use auto or cuda, and each process takes cuda:LOCAL_RANK", option)
     if local_rank >= torch.cuda.device_count():
-        raise ConfigError(f"{option}: process {local_rank} on this machine needs cuda:{local_rank}, but "
+        raise ConfigError(f"process {local_rank} on this machine needs cuda:{local_rank}, but "
                           f"{torch.cuda.device_count()} GPUs are visible; start at most that many with "
-                          f"torchrun --nproc_per_node")
+                          f"torchrun --nproc_per_node", option)
     return torch.device("cuda", local_rank)
 
 

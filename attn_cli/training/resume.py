@@ -44,9 +44,9 @@ def resume_config(given: Config, saved: Config, checkpoint: Path) -> tuple[Confi
     for path, old, new in sorted(_differences(config_to_dict(saved), config_to_dict(given))):
         if not _may_change(path):
             raise ConfigError(
-                f"{path}: {new!r} differs from {old!r} in {checkpoint}, the run being resumed; a resumed run keeps "
+                f"{new!r} differs from {old!r} in {checkpoint}, the run being resumed; a resumed run keeps "
                 f"its model, tokenizer, data and optimizer settings. Resume with the run's own config "
                 f"(--config {Path(given.run_dir) / 'config.yaml'}) and --set only train.max_steps, max_epochs, "
-                f"max_minutes, device, precision and the like, or start a new run_dir")
+                f"max_minutes, device, precision and the like, or start a new run_dir", path)
         changes.append(f"{path}: {old!r} -> {new!r}")
     return given, changes

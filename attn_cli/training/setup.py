@@ -33,13 +33,13 @@ from attn_cli.training.step import NonfiniteGuard, TrainingObjective, TrainingSt
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """The torch device for `name`; `option` is what the user set it with, for the error message."""
     if not DEVICE_PATTERN.fullmatch(name):
-        raise ConfigError(f"{option}: {name!r} is not a device; use auto, cpu, cuda or cuda:N")
+        raise ConfigError(f"{name!r} is not a device; use auto, cpu, cuda or cuda:N", option)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         index = int(name.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
-            raise ConfigError(f"{option}: {name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu")
+            raise ConfigError(f"{name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu", option)
     return torch.device(name)
 
 
@@ -75,9 +75,9 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
     """A new run must never silently replace the checkpoints of a finished one."""
     existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
     if existing:
-        raise ConfigError(f"run_dir: {paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
+        raise ConfigError(f"{paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
                           f"continue it with --resume, train into another one (--set run_dir=...) or delete "
-                          f"{paths.checkpoint_dir} to start over")
+                          f"{paths.checkpoint_dir} to start over", "run_dir")
 
 
 def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:

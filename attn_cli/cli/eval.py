@@ -1,0 +1,63 @@
+"""`attn eval`: translate a test set and score it with sacreBLEU."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, tell
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
+                                     load_for_decoding)
+from attn_cli.decoding.io import read_parallel
+from attn_cli.decoding.scoring import score_translations
+from attn_cli.errors import UserError
+from attn_cli.paths import RunPaths, hypotheses_file
+from attn_cli.training.checkpoint import find_checkpoint
+
+
+def evaluate(
+    bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
+    run: Optional[Path] = RunOption,
+    checkpoint: Optional[Path] = CheckpointOption,
+    src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
+    beam: Optional[int] = BeamOption,
+    length_penalty: Optional[float] = LengthPenaltyOption,
+    batch_size: Optional[int] = BatchSizeOption,
+    device: str = DeviceOption,
+) -> None:
+    """Translate a test set and score it with sacreBLEU (BLEU and chrF, with signatures).
+
+    Decodes as the checkpoint's config says (decode.beam_size ...), like validation in training.
+
+    Example:
+
+      attn eval --bleu
+
+      attn eval --run runs/en-zh --src test.en --ref test.zh --beam 1
+    """
+    if (src is None) != (ref is None):
+        raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
+    checkpoint_path = find_checkpoint(run, checkpoint)
+    loaded = load_for_decoding(checkpoint_path, device)
+    flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size}
+    # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
+    translator = Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), flags))
+    cfg = loaded.config
+    if src is None:
+        paths = RunPaths.of(run) if run is not None else RunPaths.of_checkpoint(checkpoint_path)
+        src = paths.split_file("test", cfg.data.src_lang)
+        ref = paths.split_file("test", cfg.data.tgt_lang)
+        if not src.is_file():
+            raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
+    sources, references = read_parallel(src, ref)
+    hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources)]
+    hypotheses_path = hypotheses_file(checkpoint_path, src)
+    hypotheses_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
+    if bleu:
+        for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
+            print(score)

@@ -1,0 +1,29 @@
+"""`attn tokenizer`: train a run's SentencePiece tokenizer on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
+from attn_cli.config import load_config
+from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
+
+
+def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
+              retrain: bool = typer.Option(False, "--retrain", help="Replace the run's tokenizer if it has one.")) -> None:
+    """Train the run's SentencePiece tokenizer on its own.
+
+    Example:
+
+      attn tokenizer --config configs/en-zh.yaml --set tokenizer.vocab_size=16000 --retrain
+    """
+    cfg = load_config(config, set_ or [])
+    splits = read_splits(cfg, stderr.print)
+    write_splits(cfg, splits)
+    tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print, retrain=retrain)
+    sample = splits.train[0] if splits.train else ("Hello, world.", "你好，世界。")
+    tell(f"example: {' '.join(tokenizers.source.encode_pieces([sample[0]])[0])}  |  "
+         f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}")

@@ -1,0 +1,140 @@
+"""`attn translate`: sentences from arguments, a file or stdin, translated to stdout or a file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, stderr, tell
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
+                                     load_for_decoding)
+from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
+from attn_cli.decoding.io import TranslationWriter, read_lines, stdin_batches
+from attn_cli.decoding.translate import Translation
+from attn_cli.errors import UserError
+from attn_cli.training.checkpoint import find_checkpoint
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+@dataclass
+class Inspection:
+    """What `--show-attention` draws and `--attention-out` saves."""
+    show: bool = False
+    layer: int = -1
+    head: Optional[int] = None
+    output: Optional[Path] = None
+
+    @property
+    def wanted(self) -> bool:
+        return self.show or self.output is not None
+
+
+def translate(
+    text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate; none reads stdin, one per line."),
+    run: Optional[Path] = RunOption,
+    checkpoint: Optional[Path] = CheckpointOption,
+    input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Translate this file, one sentence per line."),
+    output_file: Optional[Path] = typer.Option(None, "--output", "-o", help="Write translations here instead of stdout."),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
+                                           "jsonl: source, translations, scores and tokens."),
+    beam: Optional[int] = BeamOption,
+    n_best: Optional[int] = typer.Option(None, "--n-best", "-n", min=1, help="Translations per input (at most --beam; "
+                                         "with --sample, the number of samples)."),
+    length_penalty: Optional[float] = LengthPenaltyOption,
+    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Output limit a * source length + b: the a."),
+    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Output limit a * source length + b: the b."),
+    sample: Optional[bool] = typer.Option(None, "--sample/--no-sample", help="Sample each next token instead of searching."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sample: <1 sharper, >1 flatter."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="With --sample: only the k most likely tokens (0 = all)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="With --sample: the smallest set of tokens with probability >= p."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="With --sample: a seed for repeatable samples."),
+    batch_size: Optional[int] = BatchSizeOption,
+    device: str = DeviceOption,
+    show_attention: bool = typer.Option(False, "--show-attention", help="Draw the cross-attention between source "
+                                        "and output tokens in the terminal (on stderr)."),
+    attention_layer: int = typer.Option(-1, "--attention-layer", help="Decoder layer to draw (-1 = the last)."),
+    attention_head: Optional[int] = typer.Option(None, "--attention-head", help="Head to draw (default: mean of heads)."),
+    attention_out: Optional[Path] = typer.Option(None, "--attention-out", help="Save every layer and head of all "
+                                                 "three attentions: JSON, or a heatmap if the name ends in .png."),
+) -> None:
+    """Translate sentences with a trained model: beam search (or greedy, or sampling) with a KV cache.
+
+    Example:
+
+      attn translate "I love machine learning"
+
+      attn translate --beam 5 --n-best 3 --format jsonl "Where is the station?"
+
+      echo "Where is the station?" | attn translate --run runs/en-zh
+
+      attn translate --input news.en --output news.zh --batch-size 4000
+
+      attn translate --sample --temperature 0.8 --top-p 0.9 --n-best 4 "It is raining."
+
+      attn translate --show-attention --attention-out attention.png "The cat sleeps."
+    """
+    texts = text or []
+    if texts and input_file:
+        raise UserError("give sentences as arguments or with --input FILE, not both")
+    if not texts and not input_file and sys.stdin.isatty():
+        raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
+                        "--input FILE, or pipe lines to stdin")
+    lines = read_lines(input_file) if input_file else None
+    loaded = load_for_decoding(find_checkpoint(run, checkpoint), device)
+    flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
+             "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
+             "top_k": top_k, "top_p": top_p, "seed": seed}
+    translator = Translator(loaded, decode_options(loaded.config.decode, flags))
+    inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
+    try:
+        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
+    except OSError as error:
+        raise UserError(f"cannot write --output {output_file}: {error.strerror}") from None
+    where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
+    writer = TranslationWriter(out, output_format.value, tell, where)
+    try:
+        if texts:
+            translations = translator(texts)
+        elif lines is not None:
+            translations = translator.translate_with_progress(lines)
+        else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
+            for batch in stdin_batches(sys.stdin):
+                translations = translator(batch)
+                writer.write(translations)
+                if inspection.wanted:
+                    _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)
+            return
+        writer.write(translations)
+        if inspection.wanted:
+            _inspect(translator, translations, inspection, first=0, numbered=len(translations) > 1)
+    except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
+    finally:
+        if output_file:
+            out.close()
+
+
+def _inspect(translator: Translator, translations: Sequence[Translation], inspection: Inspection,
+             first: int, numbered: bool) -> None:
+    """Draw and/or save the attention of each translation, the files named by input line when numbered."""
+    for number, translation in enumerate(translations, start=first):
+        found = translation_attention(translator.loaded.model, translator.loaded.tokenizers, translation)
+        if found is None:
+            continue
+        if inspection.show:
+            stderr.print(render_alignment(*found, inspection.layer, inspection.head))
+        if inspection.output is not None:
+            path = numbered_path(inspection.output, number) if numbered else inspection.output
+            save_attention(path, *found)
+            tell(f"attention weights written to {path}")

@@ -1,0 +1,64 @@
+"""What translate and eval share: the decoding flags, and a checkpoint loaded to translate with them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from attn_cli.cli.common import stderr
+from attn_cli.config import ConfigError, DecodeConfig
+from attn_cli.decoding.translate import Translation, override_decode, translate_sentences
+from attn_cli.errors import UserError
+from attn_cli.training.checkpoint import Checkpoint, load_checkpoint
+from attn_cli.training.setup import resolve_device
+
+# Decoding flags of both commands; None leaves the checkpoint's config value.
+BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
+LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
+BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
+
+# The flag of each `decode` setting a command can override.
+DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "max_tokens": "--batch-size",
+                "sample": "--sample", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                "seed": "--seed"}
+
+
+def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:
+    """The checkpoint's decode settings with the flags the user gave (None = not given). A problem
+    names this command's flags, not config keys: "--n-best: 4 is more than --beam=2"."""
+    try:
+        return override_decode(decode, flags)
+    except ConfigError as error:
+        # "decode": None: a problem of the whole section ("max_len_a=... and max_len_b=...") has no prefix.
+        names = {"decode": None, **{f"decode.{setting}": DECODE_FLAGS[setting] for setting in flags}}
+        raise UserError(error.describe(names)) from None
+
+
+def load_for_decoding(path: Path, device: str) -> Checkpoint:
+    """The checkpoint at `path` on the device that --device names (a bad name is reported as --device's)."""
+    return load_checkpoint(path, resolve_device(device, "--device"))
+
+
+class Translator:
+    """A loaded checkpoint with the decode options of this command."""
+
+    def __init__(self, loaded: Checkpoint, options: DecodeConfig):
+        self.loaded, self.options = loaded, options
+
+    def __call__(self, sentences: Sequence[str], on_batch=None) -> list[Translation]:
+        cfg = self.loaded.config
+        max_source_tokens = cfg.model.max_positions - 1  # the source's EOS takes one position
+        return translate_sentences(self.loaded.model, self.loaded.tokenizers, sentences, self.options,
+                                   max_source_tokens, cfg.data.tgt_lang, on_batch)
+
+    def translate_with_progress(self, sentences: Sequence[str]) -> list[Translation]:
+        """Translate, with a progress bar on stderr that goes away when done."""
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=stderr, transient=True) as progress:
+            task = progress.add_task("translating", total=None)
+            return self(sentences, on_batch=lambda done, total: progress.update(task, completed=done, total=total))

@@ -1,0 +1,92 @@
+"""Sentences in and translations out, as lines: reading input files and stdin, writing text or JSONL.
+
+`attn translate` and `attn eval` read and write through here; the messages name the file and line
+at fault, so they can be shown to the user as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from attn_cli.decoding.translate import Translation
+from attn_cli.errors import UserError
+
+OUTPUT_FORMATS = ("text", "jsonl")
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file, without their line ends."""
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not valid UTF-8 at byte {error.start}; convert it with `iconv -t utf-8`") from None
+
+
+def read_parallel(sources: Path, references: Path) -> tuple[list[str], list[str]]:
+    """Source sentences and their reference translations, paired line by line."""
+    source_lines, reference_lines = read_lines(sources), read_lines(references)
+    if len(source_lines) != len(reference_lines):
+        raise UserError(f"{sources} has {len(source_lines)} lines but {references} has {len(reference_lines)}; "
+                        f"they must pair up line by line")
+    return source_lines, reference_lines
+
+
+def stdin_batches(stream: TextIO, max_lines: int = 64) -> Iterator[list[str]]:
+    """Lines as they arrive: each batch holds the lines already waiting, so a pipe fed one line at
+    a time gets each answer at once, and a file piped in is still translated in batches."""
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (tests): one line at a time
+        for line in stream:
+            yield [line.rstrip("\n")]
+        return
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        batch = [line.rstrip("\n")]
+        while len(batch) < max_lines and select.select([stream], [], [], 0)[0]:
+            line = stream.readline()
+            if not line:
+                break
+            batch.append(line.rstrip("\n"))
+        yield batch
+
+
+class TranslationWriter:
+    """Writes translations as text (one line each; with n-best, `input<TAB>score<TAB>text` lines) or
+    JSONL (source, translations with scores and tokens), and tells `warn` about inputs that were cut,
+    naming them by line of `where` (a file, "stdin" or "argument")."""
+
+    def __init__(self, out: TextIO, output_format: str, warn: Callable[[str], None], where: str | Path):
+        if output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"output format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+        self.out, self.format, self.warn, self.where = out, output_format, warn, where
+        self.count = 0  # translations written so far; the n-best text format numbers inputs with it
+
+    def write(self, translations: Sequence[Translation]) -> None:
+        for translation in translations:
+            self.count += 1
+            if translation.note:
+                self.warn(f"warning: {self.where} line {self.count}: {translation.note}")
+            self.out.write(self._format(translation))
+        self.out.flush()  # each batch as soon as it is done, so a reader at the other end of a pipe sees it
+
+    def _format(self, translation: Translation) -> str:
+        if self.format == "jsonl":
+            hypotheses = [{"text": text, "score": round(score, 4), "tokens": tokens}
+                          for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)]
+            record = {"source": translation.source, "translations": hypotheses}
+            if translation.note:
+                record["note"] = translation.note
+            return json.dumps(record, ensure_ascii=False) + "\n"
+        if len(translation.texts) == 1:
+            return translation.texts[0] + "\n"
+        return "".join(f"{self.count - 1}\t{score:.4f}\t{text}\n"
+                       for text, score in zip(translation.texts, translation.scores))
