@@ -45,8 +45,9 @@ def translate_in_tree(tree: str, checkpoint: str, source: str, beam: int, output
     sentences = Path(source).read_text(encoding="utf-8").splitlines()
     started = time.perf_counter()
     with torch.inference_mode():
+        # As `attn translate` and `attn eval` do: inputs up to the model's positions, less the EOS.
         translations = translate_sentences(loaded.model, loaded.tokenizers, sentences, options,
-                                           loaded.config.data.max_source_tokens, loaded.config.data.tgt_lang)
+                                           loaded.config.model.max_positions - 1, loaded.config.data.tgt_lang)
     seconds = time.perf_counter() - started
     rows = [{"text": t.texts[0], "parts": len(t.outputs),
              "tokens": t.outputs[0][0].tokens if len(t.outputs) == 1 else None,

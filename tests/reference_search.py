@@ -1,6 +1,6 @@
 """Beam search written for clarity, not speed: one sentence at a time, no cache, plain lists.
 
-The batched search in `attn_cli.beam` must return exactly what this returns. Both follow the same
+The batched search in `attn_cli.decoding.beam` must return exactly what this returns. Both follow the same
 rules: rank every extension of every hypothesis by summed log-probability; among the k best,
 those ending in EOS are finished; the beam goes on with the k best that do not end; a sentence is
 done when no live hypothesis can beat its k-th best finished one.

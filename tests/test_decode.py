@@ -135,13 +135,18 @@ def _teacher_forced_cached_logits(model, src, copies, steps, targets):
     logits = []
     for step in range(steps):
         rows = torch.tensor(sources).repeat_interleave(copies)
-        logits.append(model.decode(targets[rows, step : step + 1], encoded, cache)[:, -1])
+        logits.append(model.decode(_hypothesis_targets(targets, rows, copies)[:, step : step + 1], encoded, cache)[:, -1])
         if step == 3:
             kept_sources = torch.tensor([0, 2])
             kept_rows = (kept_sources[:, None] * copies + torch.arange(copies)).flatten()
             cache.select(kept_rows, source_rows=kept_sources)
             encoded, sources = encoded.select(kept_sources), [0, 2]
     return logits, cache
+
+
+def _hypothesis_targets(targets: torch.Tensor, rows: torch.Tensor, copies: int) -> torch.Tensor:
+    """Each hypothesis of a source its own target tokens, so that a mix-up between them shows."""
+    return 4 + (targets[rows] - 4 + torch.arange(len(rows))[:, None] % copies) % 46
 
 
 @pytest.mark.parametrize("copies", [1, 3])
@@ -157,6 +162,6 @@ def test_hypotheses_sharing_a_source_give_the_logits_of_the_full_prefix(copies):
         for step, logits in enumerate(cached):
             sources = torch.tensor([0, 1, 2] if step <= 3 else [0, 2]).repeat_interleave(copies)
             encoded = model.encode(src[sources])
-            full = model.decode(targets[sources, : step + 1], encoded)[:, -1]
+            full = model.decode(_hypothesis_targets(targets, sources, copies)[:, : step + 1], encoded)[:, -1]
             torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
     assert cache.layers[0].cross_keys.shape[0] == 2  # one row per source that stays

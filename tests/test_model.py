@@ -153,3 +153,34 @@ def test_gradient_checkpointing_refuses_the_kv_cache_in_training_mode():
         model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache())
     model.eval()  # inference with the cache is fine once out of training mode
     assert model.decode(torch.full((2, 1), BOS_ID), model.encode(src), cache=model.new_cache()).shape[:2] == (2, 1)
+
+
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_dropout_acts_in_training_only(pre_norm):
+    """In training a residual sublayer's output is dropped at rate p and the rest scaled by 1/(1-p);
+    in evaluation the residual adds the sublayer's output unchanged."""
+    from attn_cli.model.transformer import Residual
+
+    residual = Residual(16, dropout=0.25, pre_norm=pre_norm)
+    residual.norm.weight.data.fill_(1.0)
+    x, out = torch.zeros(200, 50, 16), torch.ones(200, 50, 16)
+    unnormalised = Residual(16, dropout=0.25, pre_norm=True)  # pre-LN adds without normalising
+    dropped = unnormalised.train().add(x, out)
+    assert abs((dropped == 0).float().mean().item() - 0.25) < 0.01
+    torch.testing.assert_close(dropped[dropped != 0], torch.full_like(dropped[dropped != 0], 1 / 0.75))
+    assert not torch.equal(unnormalised.add(x, out), dropped)  # a fresh mask each call
+    torch.testing.assert_close(residual.eval().add(x, out), x + out if pre_norm else residual.norm(x + out))
+
+
+def test_embeddings_are_dropped_in_training_and_not_in_evaluation():
+    from attn_cli.model.transformer import Residual
+
+    model = small_model(dropout=0.5)
+    for module in model.modules():
+        if isinstance(module, Residual):
+            module.dropout = 0.0  # only the embeddings' dropout is left
+    src = random_source(2, 6)
+    model.eval()
+    assert torch.equal(model.encode(src).memory, model.encode(src).memory)
+    model.train()
+    assert not torch.equal(model.encode(src).memory, model.encode(src).memory)

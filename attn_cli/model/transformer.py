@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from attn_cli.config import ModelConfig
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.cache import KVCache, LayerCache
 from attn_cli.vocab import PAD_ID
+
+if TYPE_CHECKING:  # the config is only read by build_model, from a caller that has it
+    from attn_cli.config import ModelConfig
 
 # Attention weights by kind ("encoder", "decoder_self", "cross"), one (B, heads, T, S) per layer.
 AttentionWeights = dict[str, list[torch.Tensor]]
@@ -200,7 +202,7 @@ class Transformer(nn.Module):
     def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
                       attention: Optional[AttentionWeights] = None) -> torch.Tensor:
         """The decoder's final hidden states (B, T, D), before the output projection: training
-        projects them inside its loss (`attn_cli.loss`) rather than building the logits."""
+        projects them inside its loss (`attn_cli.training.loss`) rather than building the logits."""
         if cache is not None and self.gradient_checkpointing and self.training:
             # A recomputed layer would append its keys and values to the cache a second time.
             raise RuntimeError("gradient checkpointing is for the training forward and the KV cache for "

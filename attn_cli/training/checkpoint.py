@@ -17,11 +17,10 @@ from typing import Any, Optional
 
 import torch
 
-from attn_cli.config import Config, config_from_dict, config_to_dict
-from attn_cli.model import Transformer, build_model
-from attn_cli.config import default_run_dir
-from attn_cli.paths import RunPaths
+from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.model import Transformer, build_model
+from attn_cli.paths import RunPaths
 
 FORMAT_VERSION = 1
 

@@ -100,7 +100,7 @@ def _keep_metrics_up_to(log: Path, step: int) -> None:
 
 
 @dataclass
-class Progress:
+class RunPosition:
     """Where a run stands: nothing done for a new run, the checkpoint's position for a resumed one."""
     step: int = 0  # updates applied
     epoch: int = 0  # the epoch in progress; 0 before the first
@@ -130,7 +130,7 @@ class TrainingSetup:
     update: TrainingStep
     nonfinite: NonfiniteGuard
     early_stopping: Optional[EarlyStopping]
-    progress: Progress = field(default_factory=Progress)
+    position: RunPosition = field(default_factory=RunPosition)
 
 
 def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
@@ -244,7 +244,7 @@ def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
     setup.scheduler.load_state_dict(state["scheduler"])
     if setup.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
         setup.scaler.load_state_dict(state["grad_scaler"])
-    setup.progress = Progress(resumed.step, resumed.epoch, state["batches_done"], state["elapsed"],
+    setup.position = RunPosition(resumed.step, resumed.epoch, state["batches_done"], state["elapsed"],
                               state["validated_step"], state["best_metrics"])
     setup.nonfinite.total = state["nonfinite_steps"]
     if setup.early_stopping and state.get("early_stopping"):

@@ -44,7 +44,7 @@ class TrainingObjective(nn.Module):
 
     A module of its own so that DistributedDataParallel and torch.compile wrap the loss together
     with the model: the loss projects the decoder's hidden states itself and never builds the
-    logits (see `attn_cli.loss`). Its parameters are the model's.
+    logits (see `attn_cli.training.loss`). Its parameters are the model's.
     """
 
     def __init__(self, model: Transformer, label_smoothing: float):

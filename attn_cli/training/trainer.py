@@ -63,12 +63,12 @@ class Trainer:
         self.nonfinite = setup.nonfinite
         self.early_stopping = setup.early_stopping
         self.stop_early = False  # set by a validation that used up the early-stopping patience
-        self.step = setup.progress.step  # updates applied
-        self.epoch = setup.progress.epoch  # the epoch in progress; 0 before the first
-        self.batches_done = setup.progress.batches_done  # batches of this epoch already trained on
-        self.elapsed_before = setup.progress.elapsed  # training seconds of the run before this resume
-        self.validated_step = setup.progress.validated_step
-        self.best_metrics = setup.progress.best_metrics
+        self.step = setup.position.step  # updates applied
+        self.epoch = setup.position.epoch  # the epoch in progress; 0 before the first
+        self.batches_done = setup.position.batches_done  # batches of this epoch already trained on
+        self.elapsed_before = setup.position.elapsed  # training seconds of the run before this resume
+        self.validated_step = setup.position.validated_step
+        self.best_metrics = setup.position.best_metrics
         self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
 
     # -- resume state ---------------------------------------------------------------------------
