@@ -104,25 +104,31 @@ def translate(
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
     writer = TranslationWriter(out, output_format.value, tell, where)
     try:
-        if texts:
-            translations = translator(texts)
-        elif lines is not None:
-            translations = translator.translate_with_progress(lines)
-        else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
-            for batch in stdin_batches(sys.stdin):
-                translations = translator(batch)
-                writer.write(translations)
-                if inspection.wanted:
-                    _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)
-            return
-        writer.write(translations)
-        if inspection.wanted:
-            _inspect(translator, translations, inspection, first=0, numbered=len(translations) > 1)
+        _translate_and_write(translator, texts, lines, writer, inspection)
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     finally:
         if output_file:
             out.close()
+
+
+def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],
+                         writer: TranslationWriter, inspection: Inspection) -> None:
+    """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
+    if texts:
+        translations = translator(texts)
+    elif lines is not None:
+        translations = translator.translate_with_progress(lines)
+    else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
+        for batch in stdin_batches(sys.stdin):
+            translations = translator(batch)
+            writer.write(translations)
+            if inspection.wanted:
+                _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)
+        return
+    writer.write(translations)
+    if inspection.wanted:
+        _inspect(translator, translations, inspection, first=0, numbered=len(translations) > 1)
 
 
 def _inspect(translator: Translator, translations: Sequence[Translation], inspection: Inspection,
