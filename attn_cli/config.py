@@ -16,6 +16,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Optional, Union
 
@@ -410,9 +411,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
     values: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path} (try configs/en-zh.yaml or configs/tiny.yaml)")
+        path = find_config(path)
         try:
             values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as error:
@@ -433,12 +432,30 @@ def save_config(config: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
-DEFAULT_CONFIG = Path("configs/en-zh.yaml")  # what `attn train` reads without --config
+DEFAULT_CONFIG = Path("en-zh.yaml")  # what `attn train` reads without --config: the built-in one
+
+
+def builtin_configs() -> dict[str, Path]:
+    """The configs that ship inside attn, by file name (a copy of each is in the repository's configs/)."""
+    directory = Path(str(resources.files("attn_cli"))) / "configs"
+    return {path.name: path for path in sorted(directory.glob("*.yaml"))}
+
+
+def find_config(path: str | Path) -> Path:
+    """`path` when it is a file; otherwise the built-in config of that name (`tiny.yaml` or `tiny`)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    builtin = builtin_configs()
+    for name in (path.name, f"{path.name}.yaml"):
+        if len(path.parts) == 1 and name in builtin:
+            return builtin[name]
+    raise ConfigError(f"config file not found: {path}; the built-in configs are {', '.join(builtin)} "
+                      "(attn train --config tiny.yaml), or give the path of your own YAML file")
 
 
 def default_run_dir() -> Path:
     """The run of the default config, so `attn translate` works right after `attn train`."""
-    if DEFAULT_CONFIG.is_file():
-        with contextlib.suppress(ConfigError):
-            return Path(load_config(DEFAULT_CONFIG).run_dir)
+    with contextlib.suppress(ConfigError):
+        return Path(load_config(DEFAULT_CONFIG).run_dir)
     return Path("runs/en-zh")

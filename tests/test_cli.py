@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 
-from conftest import CORPUS, REPO
+from conftest import REPO
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not found at {CORPUS}")
 
 
 def invoke(*args, input=None):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_cli.config import ConfigError, DecodeConfig, load_config
+from attn_cli.config import ConfigError, DecodeConfig, builtin_configs, find_config, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,28 @@ def write(tmp_path, text: str) -> Path:
 @pytest.mark.parametrize("name", ["en-zh.yaml", "tiny.yaml"])
 def test_shipped_configs_load(name):
     cfg = load_config(REPO / "configs" / name)
-    assert cfg.data.corpus.path.endswith("cmn.txt")
+    assert cfg.data.corpus.path == "builtin:tatoeba-cmn-eng"
+
+
+def test_the_repositorys_configs_are_the_built_in_ones():
+    assert sorted(builtin_configs()) == sorted(path.name for path in (REPO / "configs").glob("*.yaml"))
+    for name, packaged in builtin_configs().items():
+        assert packaged.read_text(encoding="utf-8") == (REPO / "configs" / name).read_text(encoding="utf-8"), name
+
+
+@pytest.mark.parametrize("name", ["tiny.yaml", "tiny"])
+def test_a_built_in_config_is_found_by_name_from_any_directory(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # no configs/ here
+    assert find_config(name) == builtin_configs()["tiny.yaml"]
+    assert load_config(name).model.d_model == 32
+    (tmp_path / "tiny.yaml").write_text("model:\n  d_model: 64\n  num_heads: 4\n" + CORPUS)
+    assert load_config("tiny.yaml").model.d_model == 64  # a file of that name here comes first
+
+
+def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="config file not found: nope.yaml; the built-in configs are en-zh.yaml, tiny.yaml"):
+        load_config("nope.yaml")
 
 
 @pytest.mark.parametrize("text, expected", [

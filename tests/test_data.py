@@ -148,6 +148,54 @@ def test_text_format_mismatched_line_counts(tmp_path: Path) -> None:
     assert "3 lines" in message and "has 2" in message
 
 
+_COMPRESSORS = {".gz": "gzip", ".xz": "lzma", ".bz2": "bz2"}
+
+
+def _compressed_copy(path: str, suffix: str) -> str:
+    """`path` compressed by the format its new suffix names."""
+    import importlib
+
+    module = importlib.import_module(_COMPRESSORS[suffix])
+    target = path + suffix
+    Path(target).write_bytes(module.compress(Path(path).read_bytes()))
+    return target
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz", ".bz2"])
+def test_compressed_tsv_reads_the_same_pairs_and_reports_the_same_lines(messy_tsv: str, suffix: str) -> None:
+    plain_report, compressed_report = ReadReport(), ReadReport()
+    compressed = _compressed_copy(messy_tsv, suffix)
+    assert read_corpus(tsv_cfg(compressed), report=compressed_report) == read_corpus(tsv_cfg(messy_tsv), report=plain_report)
+    assert [(s.line, s.reason) for s in compressed_report.skipped] == [(s.line, s.reason) for s in plain_report.skipped]
+    assert [s.source for s in compressed_report.skipped] == [compressed, compressed]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_compressed_jsonl_and_text_read_like_the_plain_files(tmp_path: Path, suffix: str) -> None:
+    jsonl = write_bytes(tmp_path / "c.jsonl", b'{"en": "Hi.", "zh": "\xe5\x97\xa8"}\nnot json\n')
+    report = ReadReport()
+    pairs = read_corpus(CorpusConfig(format="jsonl", path=_compressed_copy(jsonl, suffix)), report=report)
+    assert pairs == read_corpus(CorpusConfig(format="jsonl", path=jsonl)) == [("Hi.", "嗨")]
+    assert [s.line for s in report.skipped] == [2]
+    src = write_bytes(tmp_path / "c.en", b"Hi.\nRun!\n")
+    tgt = write_bytes(tmp_path / "c.zh", "嗨。\n跑！\n".encode("utf-8"))
+    compressed = CorpusConfig(format="text", src_path=_compressed_copy(src, suffix), tgt_path=_compressed_copy(tgt, suffix))
+    assert read_corpus(compressed) == read_corpus(CorpusConfig(format="text", src_path=src, tgt_path=tgt))
+
+
+def test_a_corrupt_compressed_file_is_a_data_error_naming_it(tmp_path: Path) -> None:
+    broken = write_bytes(tmp_path / "c.tsv.xz", b"\xfd7zXZ\x00 this is not xz")
+    with pytest.raises(DataError, match="c.tsv.xz"):
+        read_corpus(tsv_cfg(broken))
+
+
+def test_the_builtin_corpus_is_the_tatoeba_pairs_with_their_attribution() -> None:
+    pairs = read_corpus(CorpusConfig(format="tsv", path="builtin:tatoeba-cmn-eng"))
+    assert len(pairs) == 29155 and ("Hi.", "嗨。") in pairs
+    with pytest.raises(DataError, match="builtin:tatoeba-cmn-eng"):
+        read_corpus(CorpusConfig(format="tsv", path="builtin:no-such-corpus"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face datasets (offline: a local json file and a saved dataset)
 

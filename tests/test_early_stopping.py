@@ -7,7 +7,7 @@ from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
 from attn_cli.training.early_stopping import EarlyStopping
 
-from conftest import CORPUS, REPO
+from conftest import REPO
 
 
 def feed(stopper, values, key):
@@ -37,7 +37,6 @@ def test_bleu_early_stopping_needs_validation_bleu():
         load_config(REPO / "configs" / "tiny.yaml", ["train.early_stopping={metric: loss, patience: 0}"])
 
 
-@pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not found at {CORPUS}")
 def test_training_stops_once_validation_stops_improving(tmp_path, monkeypatch):
     from attn_cli.training.trainer import Trainer
 

@@ -12,14 +12,13 @@ from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
 from attn_cli.training.resume import resume_config
 
-from conftest import CORPUS, REPO
+from conftest import REPO
 
 # Dropout on, so the resumed run must also continue the random number streams; two batches per
 # update, so the position inside the epoch counts batches, not steps.
 TINY = ["--config", "configs/tiny.yaml", "--set", "model.dropout=0.1", "--set", "train.accumulate=2",
         "--set", "train.valid_every=10", "--set", "train.valid_bleu=false"]
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not found at {CORPUS}")
 
 
 def train(run_dir, *extra):
@@ -71,7 +70,6 @@ def assert_same_run(actual_dir, expected_dir):
     assert checkpoint(actual_dir, "best.pt")["step"] == checkpoint(expected_dir, "best.pt")["step"]
 
 
-@needs_corpus
 def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     resumed = tmp_path / "resumed"
@@ -89,7 +87,6 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
     assert [m for m in metrics_without_time(resumed) if m["step"] != 15] == metrics_without_time(straight_run)
 
 
-@needs_corpus
 def test_resume_without_a_last_checkpoint_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     result = train(tmp_path / "empty", "--resume")
@@ -111,7 +108,6 @@ def test_resume_allows_a_longer_run_and_refuses_a_different_model(tmp_path):
         resume_config(reseeded, saved, tmp_path / "last.pt")
 
 
-@needs_corpus
 def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, tmp_path, monkeypatch):
     from attn_cli.training.trainer import Trainer
 

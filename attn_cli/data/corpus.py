@@ -8,13 +8,18 @@ sentence leak across splits.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import itertools
 import json
+import lzma
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_names
 
 Pair = tuple[str, str]
 
@@ -89,19 +94,36 @@ def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadRe
     return pairs
 
 
-def _read_lines(path: Optional[str], key: str) -> list[bytes]:
-    """The file's lines as raw bytes (BOM removed), so each line can be decoded on its own."""
-    if not path or not Path(path).is_file():
+# Compressed corpora are read through these, by the file's suffix; any other file as it is.
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+
+
+def _corpus_file(path: Optional[str], key: str) -> str:
+    """The file that `path` names: a path, or `builtin:NAME` for a corpus that ships with attn."""
+    try:
+        file = corpus_file(path) if path else ""
+    except KeyError:
+        raise DataError(f"{key}: {path!r} is not a built-in corpus; the built-in ones are "
+                        f"{', '.join(BUILTIN_PREFIX + name for name in corpus_names())}") from None
+    if not file or not Path(file).is_file():
         raise DataError(f"corpus file not found: {path} (check {key} in your config; "
                         "relative paths are resolved from the current directory)")
-    data = Path(path).read_bytes()
-    if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM):]
-    lines = data.split(b"\n")
-    # A final newline ends the last line; it does not start an extra empty one.
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
+    return file
+
+
+def _read_lines(path: Optional[str], key: str) -> Iterator[bytes]:
+    """The file's lines as raw bytes (BOM removed), so each line can be decoded on its own; read as
+    a stream, through gzip, xz or bz2 when the name ends in .gz, .xz or .bz2. Lines end at \\n only."""
+    file = _corpus_file(path, key)
+    try:
+        with _OPENERS.get(Path(file).suffix, open)(file, "rb") as stream:
+            for number, line in enumerate(stream):
+                if number == 0 and line.startswith(_UTF8_BOM):
+                    line = line[len(_UTF8_BOM):]
+                # A final newline ends the last line; it does not start an extra empty one.
+                yield line[:-1] if line.endswith(b"\n") else line
+    except (OSError, EOFError, lzma.LZMAError) as error:  # a truncated or corrupt compressed file
+        raise DataError(f"cannot read {path} ({key}): {error}") from None
 
 
 def _decode(raw: bytes) -> Optional[str]:
@@ -199,16 +221,24 @@ def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
     return pairs
 
 
-def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]:
+    """Line N of the source file with line N of the target file, read side by side."""
     src_lines = _read_lines(cfg.src_path, f"{key}.src_path")
     tgt_lines = _read_lines(cfg.tgt_path, f"{key}.tgt_path")
-    if len(src_lines) != len(tgt_lines):
-        # Misaligned files would pair every later sentence with the wrong translation.
-        raise DataError(f"aligned text files differ in length: {cfg.src_path} has {len(src_lines)} lines, "
-                        f"{cfg.tgt_path} has {len(tgt_lines)} (check {key}.src_path and {key}.tgt_path; "
-                        "line N of one must translate line N of the other)")
+    for number, (src_raw, tgt_raw) in enumerate(itertools.zip_longest(src_lines, tgt_lines), start=1):
+        if src_raw is None or tgt_raw is None:
+            # Misaligned files would pair every later sentence with the wrong translation.
+            src_count = number - 1 + (src_raw is not None) + sum(1 for _ in src_lines)
+            tgt_count = number - 1 + (tgt_raw is not None) + sum(1 for _ in tgt_lines)
+            raise DataError(f"aligned text files differ in length: {cfg.src_path} has {src_count} lines, "
+                            f"{cfg.tgt_path} has {tgt_count} (check {key}.src_path and {key}.tgt_path; "
+                            "line N of one must translate line N of the other)")
+        yield src_raw, tgt_raw
+
+
+def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
     pairs: list[Pair] = []
-    for number, (src_raw, tgt_raw) in enumerate(zip(src_lines, tgt_lines), start=1):
+    for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key), start=1):
         src, tgt = _decode(src_raw), _decode(tgt_raw)
         if src is None or tgt is None:
             skipper.skip(cfg.src_path if src is None else cfg.tgt_path, number, "invalid UTF-8")
