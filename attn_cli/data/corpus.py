@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.errors import UserError
 
 Pair = tuple[str, str]
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data problem; the message names the file and line (or the config key) and the fix."""
 
 

@@ -19,13 +19,14 @@ import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.errors import UserError
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 
 FORMAT_VERSION = 1
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     pass
 
 
