@@ -11,9 +11,6 @@ from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
 from attn_cli.config import load_config
 from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
-from attn_cli.training.distributed import is_main_process
-from attn_cli.training.progress import TrainingDisplay, format_duration
-from attn_cli.training.trainer import train as run_training
 
 
 def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
@@ -29,6 +26,11 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
 
       attn train --config runs/try/config.yaml --resume --set train.max_steps=400
     """
+    # torch: imported when run, not for --help
+    from attn_cli.training.distributed import is_main_process
+    from attn_cli.training.progress import TrainingDisplay, format_duration
+    from attn_cli.training.trainer import train as run_training
+
     cfg = load_config(config, set_ or [])
     try:
         result = run_training(cfg, TrainingDisplay(stderr), resume=resume)
