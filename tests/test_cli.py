@@ -85,7 +85,7 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path):
 
 def test_console_script_shows_help_with_examples():
     result = subprocess.run([sys.executable, "-m", "attn_cli", "--help"], capture_output=True, text=True, check=True)
-    assert "attn train --config configs/en-zh.yaml" in result.stdout
+    assert "attn train --config en-zh.yaml" in result.stdout
     for command in ("train", "translate", "eval", "tokenizer", "average"):
         help_text = invoke(command, "--help").stdout
         assert "Example:" in help_text and f"attn {command}" in help_text, command

@@ -119,3 +119,13 @@ def test_device_option_is_checked_with_its_name():
     with pytest.raises(ConfigError, match="--device: 'gpu' is not a device"):
         resolve_device("gpu", "--device")
     assert resolve_device("cpu").type == "cpu"
+
+
+def test_train_lists_the_built_in_configs():
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+
+    result = CliRunner().invoke(app, ["train", "--list-configs"])
+    assert result.exit_code == 0
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == list(builtin_configs())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from attn_cli import package_version
 from attn_cli.cli.average import average
 from attn_cli.cli.common import reports_user_errors
 from attn_cli.cli.eval import evaluate
@@ -15,13 +16,27 @@ app = typer.Typer(
     name="attn",
     help="Train and run Transformer translation models.\n\n"
          "Example:\n\n"
-         "  attn train --config configs/en-zh.yaml\n\n"
+         "  attn train --config en-zh.yaml\n\n"
          "  attn translate \"I love machine learning\"\n\n"
          "  attn eval --bleu",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"attn {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print attn's version and exit.")) -> None:
+    # No docstring: the app's help above stays the help of `attn --help`.
+    pass
+
 
 # Registered here rather than decorated in each module, so that no command can miss the handler.
 for name, command in [("train", train), ("tokenizer", tokenizer), ("translate", translate), ("eval", evaluate),

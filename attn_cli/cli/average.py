@@ -11,7 +11,6 @@ from attn_cli.cli.common import RunOption, tell
 from attn_cli.errors import UserError
 from attn_cli.config import default_run_dir
 from attn_cli.paths import RunPaths
-from attn_cli.training.average import average_checkpoints
 
 
 def average(
@@ -30,6 +29,8 @@ def average(
 
       attn average --run runs/en-zh --last 5 --output avg.pt && attn eval --checkpoint avg.pt
     """
+    from attn_cli.training.average import average_checkpoints  # torch: imported when run, not for --help
+
     paths = RunPaths.of(run if run is not None else default_run_dir())
     found = paths.step_checkpoints()
     if len(found) < last:

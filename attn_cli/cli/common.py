@@ -12,24 +12,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from attn_cli.config import DEFAULT_CONFIG, ConfigError
-from attn_cli.data.corpus import DataError
-from attn_cli.data.tokenizer import TokenizerError
 from attn_cli.errors import UserError
-from attn_cli.training.checkpoint import CheckpointError
-from attn_cli.training.step import TrainingDiverged
 
 # Progress, warnings and errors go to stderr, so stdout carries only the results (a pipe's input).
 stderr = Console(stderr=True, soft_wrap=True)
 
 ConfigOption = typer.Option(DEFAULT_CONFIG, "--config", "-c", help="YAML config file.")
 SetOption = typer.Option(None, "--set", help="Override a config value, e.g. --set train.max_steps=100 (repeatable).")
-RunOption = typer.Option(None, "--run", help="Run directory (default: run_dir of configs/en-zh.yaml).")
+RunOption = typer.Option(None, "--run", help="Run directory (default: runs/en-zh, the run_dir of en-zh.yaml).")
 CheckpointOption = typer.Option(None, "--checkpoint", help="Checkpoint file (default: RUN/checkpoints/best.pt).")
 DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N.")
 
 # Problems the user can fix: each message says what, where and how. Anything else is a bug and
-# keeps its traceback.
-USER_ERRORS = (UserError, ConfigError, DataError, CheckpointError, TokenizerError, TrainingDiverged)
+# keeps its traceback. The library's own (DataError, TokenizerError, CheckpointError,
+# TrainingDiverged) are UserErrors, so that catching them imports neither their modules nor torch;
+# ConfigError is not (config.py imports nothing of attn), but config.py is light.
+USER_ERRORS = (UserError, ConfigError)
 
 Command = TypeVar("Command", bound=Callable[..., None])
 

@@ -11,11 +11,8 @@ import typer
 from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, tell
 from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
                                      load_for_decoding)
-from attn_cli.decoding.io import read_parallel
-from attn_cli.decoding.scoring import score_translations
 from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths, hypotheses_file
-from attn_cli.training.checkpoint import find_checkpoint
 
 
 def evaluate(
@@ -39,6 +36,11 @@ def evaluate(
 
       attn eval --run runs/en-zh --src test.en --ref test.zh --beam 1
     """
+    # torch and sacrebleu: imported when run, not for --help
+    from attn_cli.decoding.io import read_parallel
+    from attn_cli.decoding.scoring import score_translations
+    from attn_cli.training.checkpoint import find_checkpoint
+
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
     checkpoint_path = find_checkpoint(run, checkpoint)

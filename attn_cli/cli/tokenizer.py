@@ -9,7 +9,6 @@ import typer
 
 from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
 from attn_cli.config import load_config
-from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
 
 
 def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
@@ -18,8 +17,11 @@ def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption
 
     Example:
 
-      attn tokenizer --config configs/en-zh.yaml --set tokenizer.vocab_size=16000 --retrain
+      attn tokenizer --config en-zh.yaml --set tokenizer.vocab_size=16000 --retrain
     """
+    # sentencepiece and datasets: imported when run, not for --help
+    from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
+
     cfg = load_config(config, set_ or [])
     splits = read_splits(cfg, stderr.print)
     write_splits(cfg, splits)

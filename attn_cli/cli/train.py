@@ -8,27 +8,38 @@ from typing import List, Optional
 import typer
 
 from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
-from attn_cli.config import load_config
+from attn_cli.config import builtin_configs, load_config
 from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
-from attn_cli.training.distributed import is_main_process
-from attn_cli.training.progress import TrainingDisplay, format_duration
-from attn_cli.training.trainer import train as run_training
 
 
 def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
           resume: bool = typer.Option(False, "--resume", help="Continue the run exactly where "
-                                      "RUN/checkpoints/last.pt left off; --set may extend train.max_steps.")) -> None:
+                                      "RUN/checkpoints/last.pt left off; --set may extend train.max_steps."),
+          list_configs: bool = typer.Option(False, "--list-configs", help="List the configs that ship with attn "
+                                            "(--config finds them by name from any directory) and exit.")) -> None:
     """Train a tokenizer (if the run has none) and a Transformer, with validation and checkpoints.
 
     Example:
 
-      attn train --config configs/en-zh.yaml
+      attn train --config en-zh.yaml
 
-      attn train --config configs/tiny.yaml --set train.max_steps=200 --set run_dir=runs/try
+      attn train --config tiny.yaml --set train.max_steps=200 --set run_dir=runs/try
 
       attn train --config runs/try/config.yaml --resume --set train.max_steps=400
+
+      attn train --list-configs
     """
+    if list_configs:
+        for name, path in builtin_configs().items():
+            first_line = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+            typer.echo(f"{name}: {first_line}")
+        return
+    # torch: imported when run, not for --help
+    from attn_cli.training.distributed import is_main_process
+    from attn_cli.training.progress import TrainingDisplay, format_duration
+    from attn_cli.training.trainer import train as run_training
+
     cfg = load_config(config, set_ or [])
     try:
         result = run_training(cfg, TrainingDisplay(stderr), resume=resume)

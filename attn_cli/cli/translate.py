@@ -8,18 +8,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, stderr, tell
 from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
                                      load_for_decoding)
-from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
-from attn_cli.decoding.io import TranslationWriter, read_lines, stdin_batches
-from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
-from attn_cli.training.checkpoint import find_checkpoint
+
+if TYPE_CHECKING:
+    from attn_cli.decoding.io import TranslationWriter
+    from attn_cli.decoding.translate import Translation
 
 
 class OutputFormat(str, Enum):
@@ -84,6 +84,10 @@ def translate(
 
       attn translate --show-attention --attention-out attention.png "The cat sleeps."
     """
+    # torch: imported when run, not for --help
+    from attn_cli.decoding.io import TranslationWriter, read_lines
+    from attn_cli.training.checkpoint import find_checkpoint
+
     texts = text or []
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
@@ -115,6 +119,8 @@ def translate(
 def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],
                          writer: TranslationWriter, inspection: Inspection) -> None:
     """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
+    from attn_cli.decoding.io import stdin_batches
+
     if texts:
         translations = translator(texts)
     elif lines is not None:
@@ -134,6 +140,8 @@ def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Op
 def _inspect(translator: Translator, translations: Sequence[Translation], inspection: Inspection,
              first: int, numbered: bool) -> None:
     """Draw and/or save the attention of each translation, the files named by input line when numbered."""
+    from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
+
     for number, translation in enumerate(translations, start=first):
         found = translation_attention(translator.loaded.model, translator.loaded.tokenizers, translation)
         if found is None:

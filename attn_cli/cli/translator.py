@@ -1,20 +1,22 @@
-"""What translate and eval share: the decoding flags, and a checkpoint loaded to translate with them."""
+"""What translate and eval share: the decoding flags, and a checkpoint loaded to translate with them.
+The decoding and training modules (torch) are imported by the functions that use them, so that the
+flags' help answers at once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attn_cli.cli.common import stderr
 from attn_cli.config import ConfigError, DecodeConfig
-from attn_cli.decoding.translate import Translation, override_decode, translate_sentences
 from attn_cli.errors import UserError
-from attn_cli.training.checkpoint import Checkpoint, load_checkpoint
-from attn_cli.training.setup import resolve_device
+
+if TYPE_CHECKING:
+    from attn_cli.decoding.translate import Translation
+    from attn_cli.training.checkpoint import Checkpoint
 
 # Decoding flags of both commands; None leaves the checkpoint's config value.
 BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
@@ -31,6 +33,8 @@ DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "
 def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:
     """The checkpoint's decode settings with the flags the user gave (None = not given). A problem
     names this command's flags, not config keys: "--n-best: 4 is more than --beam=2"."""
+    from attn_cli.decoding.translate import override_decode
+
     try:
         return override_decode(decode, flags)
     except ConfigError as error:
@@ -41,6 +45,9 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
 
 def load_for_decoding(path: Path, device: str) -> Checkpoint:
     """The checkpoint at `path` on the device that --device names (a bad name is reported as --device's)."""
+    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.training.setup import resolve_device
+
     return load_checkpoint(path, resolve_device(device, "--device"))
 
 
@@ -51,6 +58,8 @@ class Translator:
         self.loaded, self.options = loaded, options
 
     def __call__(self, sentences: Sequence[str], on_batch=None) -> list[Translation]:
+        from attn_cli.decoding.translate import translate_sentences
+
         cfg = self.loaded.config
         max_source_tokens = cfg.model.max_positions - 1  # the source's EOS takes one position
         return translate_sentences(self.loaded.model, self.loaded.tokenizers, sentences, self.options,
@@ -58,6 +67,8 @@ class Translator:
 
     def translate_with_progress(self, sentences: Sequence[str]) -> list[Translation]:
         """Translate, with a progress bar on stderr that goes away when done."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=stderr, transient=True) as progress:
             task = progress.add_task("translating", total=None)

@@ -20,13 +20,14 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from attn_cli.config import CorpusConfig, DataConfig
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_names
+from attn_cli.errors import UserError
 
 Pair = tuple[str, str]
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data problem; the message names the file and line (or the config key) and the fix."""
 
 

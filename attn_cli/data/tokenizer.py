@@ -16,9 +16,10 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from attn_cli.config import TokenizerConfig
+from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
 
 

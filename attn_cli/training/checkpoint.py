@@ -19,13 +19,14 @@ import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.errors import UserError
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 
 FORMAT_VERSION = 1
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     pass
 
 
@@ -91,7 +92,7 @@ def find_checkpoint(run: Optional[Path], checkpoint: Optional[Path]) -> Path:
         if candidate.is_file():
             return candidate
     raise CheckpointError(f"no checkpoint in {paths.checkpoint_dir} (looked for best.pt and last.pt); "
-                          f"train one with `attn train --config configs/en-zh.yaml`, or pass --run DIR or --checkpoint PATH")
+                          f"train one with `attn train --config en-zh.yaml`, or pass --run DIR or --checkpoint PATH")
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:

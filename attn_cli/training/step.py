@@ -11,13 +11,14 @@ import torch
 from torch import nn
 
 from attn_cli.data.batching import Batch
+from attn_cli.errors import UserError
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
 from attn_cli.training.loss import projected_label_smoothed_loss
 from attn_cli.model import Transformer
 from attn_cli.training.precision import Precision
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """Too many non-finite losses in a row; the message says what to change."""
 
 
