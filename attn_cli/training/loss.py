@@ -7,9 +7,8 @@ rows, and for each chunk computes the logits, the loss, and at once the gradient
 respect to the logits (softmax minus the smoothed target), which it turns straight into the
 gradients of the hidden states and of the output matrix. The same matrix products as the plain
 way, but the elementwise work happens on a chunk that stays in cache, instead of a log-softmax,
-a gather and a sum over 131 MB of logits and their gradients at 4,096 tokens x 8,000 (forward and
-backward on 2 cores: 0.22 s against 0.37 s, `scripts/bench_train.py --parts loss`); and the
-logits are never held for backward.
+a gather and a sum over all the logits and their gradients; and the logits are never held for
+backward. Measured in docs/benchmarks.md (`scripts/bench_train.py --parts loss`).
 """
 
 from __future__ import annotations
@@ -19,11 +18,9 @@ import torch.nn.functional as F
 
 from attn_cli.vocab import PAD_ID
 
-# Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, a core's L2 cache here. 128 to
-# 512 rows ran within 5% of each other at vocabulary 8,000; the whole batch at once ran 25% slower.
+# Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, the size of a core's L2 cache.
 CHUNK_ELEMENTS = 1 << 20
-# On a GPU each chunk costs a dozen kernel launches, so chunks are 16x larger there (64 MB of fp32
-# logits; not measured: this project's development machine has no GPU).
+# On a GPU each chunk costs a dozen kernel launches, so chunks are larger there (not yet measured).
 GPU_CHUNK_ELEMENTS = 1 << 24
 
 
