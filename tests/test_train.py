@@ -1,10 +1,12 @@
 """Training learns, and checkpoints rebuild exactly what was saved."""
 
 import dataclasses
+from pathlib import Path
 
+import pytest
 import torch
 
-from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
+from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data.batching import Example, collate
 from attn_cli.decoding.greedy import greedy_decode
@@ -80,6 +82,43 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     assert loaded.config == cfg
     assert loaded.tokenizers.target.encode(["句子5号"]) == tokenizers.target.encode(["句子5号"])
     assert not list(path.parent.glob("*.tmp")), "the temporary file must be renamed away"
+
+
+class _Planted:
+    """An object whose unpickling touches a file: what a malicious checkpoint would run instead."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("where", ["the whole file", "inside a valid checkpoint"])
+def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "planted.pt"
+    if where == "the whole file":
+        torch.save(_Planted(marker), path)
+    else:
+        cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+                     model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
+        tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
+                                      dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+        vocab = tokenizers.source.vocab_size
+        save_checkpoint(path, cfg, tokenizers, small_model(src_vocab_size=vocab, tgt_vocab_size=vocab), step=1, epoch=1)
+        payload = torch.load(path, weights_only=True)
+        payload["metrics"] = {"valid_bleu": _Planted(marker)}
+        torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="holds objects other than tensors and plain data"):
+        load_checkpoint(path)
+    result = CliRunner().invoke(app, ["translate", "--checkpoint", str(path), "Hello."])
+    assert result.exit_code == 2 and "nothing in the file was run" in result.output
+    assert not marker.exists(), "the planted code ran"
 
 
 def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):

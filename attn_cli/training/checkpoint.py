@@ -10,6 +10,7 @@ one: a crash mid-save never leaves a broken checkpoint behind.
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,9 +101,14 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
-        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: unpickling builds tensors and plain data only, so no file can run code here.
+        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"{path} is not an attn checkpoint: it holds objects other than tensors and plain "
+                              "data, which attn never loads (nothing in the file was run)") from None
     except Exception as error:  # a truncated or foreign file
-        raise CheckpointError(f"{path} is not a readable attn checkpoint: {error}") from None
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path} is not a readable attn checkpoint: {first_line}") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not an attn checkpoint of format {FORMAT_VERSION}")
     config = config_from_dict(payload["config"])
