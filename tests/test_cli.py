@@ -48,6 +48,32 @@ def test_translate_arguments_stdin_and_files(trained_run, tmp_path):
     from_file = invoke("translate", "--run", str(trained_run), "--input", str(source), "--output", str(output))
     assert from_file.exit_code == 0, from_file.output
     assert output.read_text().splitlines() == [lines[0], lines[2]]
+    assert oct(output.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # as a plain open would make it
+
+    # --output may name the --input file: it is replaced by the translations only once they are all written.
+    in_place = invoke("translate", "--run", str(trained_run), "--input", str(source), "--output", str(source))
+    assert in_place.exit_code == 0, in_place.output
+    assert source.read_text().splitlines() == [lines[0], lines[2]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en", "out.zh"]  # no temporary file left
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
+    from attn_cli.decoding.io import output_stream
+
+    target = tmp_path / "out.zh"
+    target.write_text("what was there\n")
+    with pytest.raises(KeyboardInterrupt):
+        with output_stream(target) as out:
+            out.write("half of the translations\n")
+            raise KeyboardInterrupt
+    assert target.read_text() == "what was there\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.zh"]
 
 
 def test_eval_scores_the_test_split_and_any_file_pair(trained_run, tmp_path):

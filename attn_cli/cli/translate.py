@@ -85,7 +85,7 @@ def translate(
       attn translate --show-attention --attention-out attention.png "The cat sleeps."
     """
     # torch: imported when run, not for --help
-    from attn_cli.decoding.io import TranslationWriter, read_lines
+    from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines
     from attn_cli.training.checkpoint import find_checkpoint
 
     texts = text or []
@@ -101,19 +101,13 @@ def translate(
              "top_k": top_k, "top_p": top_p, "seed": seed}
     translator = Translator(loaded, decode_options(loaded.config.decode, flags))
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
-    try:
-        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
-    except OSError as error:
-        raise UserError(f"cannot write --output {output_file}: {error.strerror}") from None
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
-    writer = TranslationWriter(out, output_format.value, tell, where)
     try:
-        _translate_and_write(translator, texts, lines, writer, inspection)
+        with output_stream(output_file) as out:
+            _translate_and_write(translator, texts, lines, TranslationWriter(out, output_format.value, tell, where),
+                                 inspection)
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
-    finally:
-        if output_file:
-            out.close()
 
 
 def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],

@@ -6,11 +6,15 @@ at fault, so they can be shown to the user as they are.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import select
+import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Optional, TextIO
 
 from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
@@ -90,3 +94,28 @@ class TranslationWriter:
             return translation.texts[0] + "\n"
         return "".join(f"{self.count - 1}\t{score:.4f}\t{text}\n"
                        for text, score in zip(translation.texts, translation.scores))
+
+
+@contextlib.contextmanager
+def output_stream(path: Optional[Path]) -> Iterator[TextIO]:
+    """stdout, or a file written whole or not at all: into a temporary file beside `path` that takes
+    its name once everything is written. An interrupted run leaves what was there untouched, so
+    `--output` may even name the `--input` file."""
+    if path is None:
+        yield sys.stdout
+        return
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise UserError(f"cannot write --output {path}: {error.strerror}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            yield out
+        umask = os.umask(0)  # mkstemp makes the file private; give it the mode a plain open would
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
