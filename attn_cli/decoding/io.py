@@ -23,13 +23,19 @@ OUTPUT_FORMATS = ("text", "jsonl")
 
 
 def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file, without their line ends."""
+    """The lines of a UTF-8 text file, without their line ends. Lines end at \\n (a \\r before it
+    goes too) and nowhere else: a form feed or U+2028 inside a sentence does not make two lines, so
+    output line N always answers input line N."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not valid UTF-8 at byte {error.start}; convert it with `iconv -t utf-8`") from None
+    lines = text.split("\n")
+    if lines[-1] == "":  # the final line end ends the last line; it does not start another
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def read_parallel(sources: Path, references: Path) -> tuple[list[str], list[str]]:
