@@ -358,3 +358,27 @@ def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(
     # One checkpoint averaged is that checkpoint: the same translation as step 40's own.
     own = invoke("translate", "--checkpoint", str(trained_run / "checkpoints" / "step-000040.pt"), "Hello.")
     assert translated.stdout == own.stdout
+
+
+def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders_pid(tmp_path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from attn_cli.paths import RunPaths; from attn_cli.training.run_lock import run_directory_lock\n"
+        "with run_directory_lock(RunPaths.of(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"), str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}")
+        assert result.exit_code == 2
+        assert f"is in use by another attn train (PID {holder.pid})" in result.output
+        assert not (tmp_path / "config.yaml").exists(), "the refused run must write nothing"
+    finally:
+        holder.kill()
+        holder.wait()
+    from attn_cli.paths import RunPaths
+    from attn_cli.training.run_lock import run_directory_lock
+
+    with run_directory_lock(RunPaths.of(tmp_path)):  # the kernel released the dead holder's lock
+        pass

@@ -23,6 +23,7 @@ from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.training.metrics_log import MetricsLog
 from attn_cli.training.progress import TrainingDisplay, TrainingStatus
 from attn_cli.training.rng import capture_rng_state
+from attn_cli.training.run_lock import run_directory_lock
 from attn_cli.training.setup import TrainingSetup, setup_training
 from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
 from attn_cli.training.step import StepResult, TrainingDiverged
@@ -358,7 +359,7 @@ class _ThroughputMeter:
 def train(cfg: Config, display: Optional[TrainingDisplay] = None, resume: bool = False) -> TrainResult:
     """Train a run from scratch, or with `resume` continue it exactly where RUN/checkpoints/last.pt left off.
     Started by torchrun, this is one of several processes training together; rank 0 alone displays."""
-    with process_group(cfg.train.device) as ranks:
+    with process_group(cfg.train.device) as ranks, run_directory_lock(RunPaths.of(cfg.run_dir), held=ranks.is_main):
         display = (display or TrainingDisplay()) if ranks.is_main else TrainingDisplay(quiet=True)
         with display:
             return Trainer(setup_training(cfg, display, resume, ranks)).run()

@@ -1,0 +1,36 @@
+"""One `attn train` per run directory: an advisory lock on RUN/.lock, held while the run trains."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from typing import Iterator
+
+from attn_cli.config import ConfigError
+from attn_cli.paths import RunPaths
+
+
+@contextlib.contextmanager
+def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
+    """Within, this process alone trains into `paths.root`; a second `attn train` there is refused
+    with the holder's PID. The kernel drops the lock when the process dies, however it dies, so a
+    crashed run never leaves the directory locked. `held=False` (torchrun ranks other than 0, which
+    train under rank 0's lock) takes no lock."""
+    if not held:
+        yield
+        return
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.root / ".lock", "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise ConfigError(f"{paths.root} is in use by another attn train (PID {holder}); wait for it to "
+                              "finish, or train into another directory with --set run_dir=...", "run_dir") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield  # closing the file releases the lock
