@@ -382,3 +382,28 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
 
     with run_directory_lock(RunPaths.of(tmp_path)):  # the kernel released the dead holder's lock
         pass
+
+
+def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporaries_go(tmp_path, monkeypatch):
+    import json
+
+    from attn_cli.training import trainer
+
+    original, saved_steps = trainer.save_checkpoint, []
+
+    def checked_save(path, config, tokenizers, model, step, epoch, metrics, training_state):
+        if metrics:  # a validation's checkpoint: its line must be in the log already
+            lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+            assert any(line.get("step") == step and "valid_loss" in line for line in lines), step
+            saved_steps.append(step)
+        return original(path, config, tokenizers, model, step, epoch, metrics, training_state)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", checked_save)
+    stale = tmp_path / "checkpoints" / ".last.pt.abc123.tmp"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"half a checkpoint")  # what a crash in the middle of a save leaves
+    result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_steps=20",
+                    "--set", "train.valid_every=10")
+    assert result.exit_code == 0, result.output
+    assert sorted(set(saved_steps)) == [10, 20]
+    assert not stale.exists()

@@ -192,6 +192,10 @@ def _prepare_run_dir(cfg: Config, paths: RunPaths, resumed: Optional[Checkpoint]
     """Save the config into the run directory and keep only the metrics the run will not write again;
     rank 0's job."""
     paths.root.mkdir(parents=True, exist_ok=True)
+    # Under the run directory's lock no other process is saving here: a temporary file is what a
+    # save cut short by a crash left behind.
+    for stale in paths.checkpoint_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
     save_config(cfg, paths.config)
     if resumed is not None:
         _keep_metrics_up_to(paths.metrics_log, resumed.step)

@@ -147,10 +147,12 @@ class Trainer:
             checkpoints.append(self.paths.best_checkpoint)
         if self.cfg.train.keep_last:
             checkpoints.append(self.paths.step_checkpoint(self.step))
+        # The metrics line first: a crash between the two may leave a line without its checkpoint
+        # (a resume trims it and validates that step again), never a checkpoint without its line.
+        self.metrics_log.validation(metrics)
         self._save(checkpoints, metrics)
         if self.cfg.train.keep_last:
             keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
-        self.metrics_log.validation(metrics)
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
         self.stop_early = self.ranks.from_main(self.stop_early)
