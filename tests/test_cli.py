@@ -407,3 +407,18 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
     assert result.exit_code == 0, result.output
     assert sorted(set(saved_steps)) == [10, 20]
     assert not stale.exists()
+
+
+def test_bytes_that_are_not_utf8_are_named_by_line_and_the_other_lines_still_translate(trained_run):
+    good = invoke("translate", "--run", str(trained_run), input="Hello.\nGood.\n")
+    assert good.exit_code == 0, good.output
+    piped = invoke("translate", "--run", str(trained_run), input=b"Hello.\n\xff\xfe broken\nGood.\n")
+    assert piped.exit_code == 0, piped.output
+    lines = piped.stdout.splitlines()
+    assert len(lines) == 3 and [lines[0], lines[2]] == good.stdout.splitlines()
+    assert "warning: stdin line 2: bytes that are not UTF-8 were replaced with U+FFFD" in piped.output
+    # An argument with such bytes reaches Python as lone surrogates (surrogateescape).
+    argued = invoke("translate", "--run", str(trained_run), "Hello.", "broken \udcff\udcfe")
+    assert argued.exit_code == 0, argued.output
+    assert argued.stdout.splitlines()[0] == lines[0]
+    assert "warning: argument line 2:" in argued.output

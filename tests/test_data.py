@@ -129,6 +129,13 @@ def test_jsonl_nested_fields_and_bad_lines(tmp_path: Path) -> None:
         read_corpus(cfg, strict=True)
 
 
+def test_a_jsonl_lone_surrogate_is_a_malformed_line_not_a_later_failure(tmp_path: Path) -> None:
+    path = write_bytes(tmp_path / "c.jsonl", b'{"en": "Hi.", "zh": "\\ud800"}\n{"en": "Go.", "zh": "\xe8\xb5\xb0"}\n')
+    report = ReadReport()
+    assert read_corpus(CorpusConfig(format="jsonl", path=path), report=report) == [("Go.", "走")]
+    assert [(s.line, s.reason) for s in report.skipped] == [(1, "a lone surrogate (a \\u escape that is half of a pair)")]
+
+
 def test_text_format_reads_aligned_files(tmp_path: Path) -> None:
     src = write_bytes(tmp_path / "c.en", b"Hi.\n\nRun!\nWait.\n")
     tgt = write_bytes(tmp_path / "c.zh", "嗨。\n\n跑！\n\n".encode("utf-8"))

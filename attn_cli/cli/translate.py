@@ -85,10 +85,10 @@ def translate(
       attn translate --show-attention --attention-out attention.png "The cat sleeps."
     """
     # torch: imported when run, not for --help
-    from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines
+    from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines, valid_text
     from attn_cli.training.checkpoint import find_checkpoint
 
-    texts = text or []
+    texts = valid_text(text or [], "argument", tell)
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
     if not texts and not input_file and sys.stdin.isatty():
@@ -113,15 +113,15 @@ def translate(
 def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],
                          writer: TranslationWriter, inspection: Inspection) -> None:
     """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
-    from attn_cli.decoding.io import stdin_batches
+    from attn_cli.decoding.io import stdin_batches, tolerant_stdin, valid_text
 
     if texts:
         translations = translator(texts)
     elif lines is not None:
         translations = translator.translate_with_progress(lines)
     else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
-        for batch in stdin_batches(sys.stdin):
-            translations = translator(batch)
+        for batch in stdin_batches(tolerant_stdin(sys.stdin)):
+            translations = translator(valid_text(batch, "stdin", tell, first_number=writer.count + 1))
             writer.write(translations)
             if inspection.wanted:
                 _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)

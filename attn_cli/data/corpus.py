@@ -197,8 +197,18 @@ def _pair_from_record(record: Any, src_field: str, tgt_field: str) -> tuple[Opti
     tgt, problem = _lookup(record, tgt_field)
     if problem:
         return None, problem
-    problem = _empty_side(src, tgt)
+    problem = _empty_side(src, tgt) or _not_encodable(src, tgt)
     return (None, problem) if problem else ((src, tgt), None)
+
+
+def _not_encodable(src: str, tgt: str) -> Optional[str]:
+    """A JSON escape such as "\\ud800" decodes to a lone surrogate, which is no text a tokenizer or
+    a file can take: such a record is malformed here, not a failure later."""
+    try:
+        (src + tgt).encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate (a \\u escape that is half of a pair)"
+    return None
 
 
 def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:

@@ -7,6 +7,7 @@ at fault, so they can be shown to the user as they are.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import select
@@ -45,6 +46,36 @@ def read_parallel(sources: Path, references: Path) -> tuple[list[str], list[str]
         raise UserError(f"{sources} has {len(source_lines)} lines but {references} has {len(reference_lines)}; "
                         f"they must pair up line by line")
     return source_lines, reference_lines
+
+
+def valid_text(lines: Sequence[str], where: str | Path, warn: Callable[[str], None], first_number: int = 1) -> list[str]:
+    """Each line as text the tokenizer takes: bytes that were not UTF-8 (which Python keeps in
+    arguments and in `tolerant_stdin` as lone surrogates) become U+FFFD, and `warn` names the line,
+    so the other lines still translate."""
+    valid = []
+    for number, line in enumerate(lines, start=first_number):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            line = _replace_undecodable(line)
+            warn(f"warning: {where} line {number}: bytes that are not UTF-8 were replaced with U+FFFD")
+        valid.append(line)
+    return valid
+
+
+def _replace_undecodable(line: str) -> str:
+    try:  # bytes kept by surrogateescape: decode them back as far as they are UTF-8
+        return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # other lone surrogates
+        return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in line)
+
+
+def tolerant_stdin(stream: TextIO) -> TextIO:
+    """Standard input that keeps bytes which are not UTF-8 (for `valid_text` to name and replace)
+    instead of failing on them, and ends lines at \\n only, as files are read."""
+    if not hasattr(stream, "buffer"):  # already text without bytes behind it (tests)
+        return stream
+    return io.TextIOWrapper(stream.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
 
 
 def stdin_batches(stream: TextIO, max_lines: int = 64) -> Iterator[list[str]]:
