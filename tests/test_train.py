@@ -149,3 +149,61 @@ def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporar
     monkeypatch.undo()
     assert load_checkpoint(path).step == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"], "the temporary file must be removed"
+
+
+def _tiny_checkpoint_parts():
+    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+                 model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
+    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
+                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    vocab = tokenizers.source.vocab_size
+    return cfg, tokenizers, small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed")])
+def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
+    from attn_cli.training import checkpoint as checkpoint_module
+
+    cfg, tokenizers, model = _tiny_checkpoint_parts()
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
+
+    def disk_full(payload, handle):
+        handle.write(b"part of a checkpoint")
+        raise failure
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", disk_full)
+    with pytest.raises(CheckpointError) as error:
+        save_checkpoint(path, cfg, tokenizers, model, step=2, epoch=1)
+    monkeypatch.undo()
+    assert str(error.value).startswith(f"cannot write {path}: ") and str(error.value).endswith("the previous last.pt is intact")
+    assert "\n" not in str(error.value)
+    assert load_checkpoint(path).step == 1 and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_a_checkpoint_with_a_missing_part_is_refused_in_one_line(tmp_path):
+    cfg, tokenizers, model = _tiny_checkpoint_parts()
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
+    payload = torch.load(path, weights_only=True)
+    del payload["tokenizers"]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="is an incomplete attn checkpoint: it has no 'tokenizers'"):
+        load_checkpoint(path)
+
+
+def test_a_tokenizer_write_that_fails_leaves_no_model_behind(tmp_path, monkeypatch):
+    from attn_cli.data import tokenizer as tokenizer_module
+    from attn_cli.data.tokenizer import TokenizerError
+
+    _, tokenizers, _ = _tiny_checkpoint_parts()
+
+    def disk_full(source, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tokenizer_module.os, "replace", disk_full)
+    with pytest.raises(TokenizerError, match="joint.model: No space left on device"):
+        tokenizers.save(tmp_path)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []  # neither half a model nor its temporary file

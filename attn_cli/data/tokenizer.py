@@ -8,6 +8,7 @@ translate.
 from __future__ import annotations
 
 import io
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,20 @@ class Tokenizer:
         return [self._sp.id_to_piece(i) for i in ids]
 
 
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all: a crash or a full disk never leaves half a model
+    that a later run would load."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise TokenizerError(f"cannot write {path}: {error.strerror or error}") from None
+        raise
+
+
 @dataclass(frozen=True)
 class Tokenizers:
     source: Tokenizer
@@ -71,10 +86,10 @@ class Tokenizers:
         for old in ("joint.model", "source.model", "target.model"):  # a retrain may switch joint <-> separate
             (directory / old).unlink(missing_ok=True)
         if self.joint:
-            (directory / "joint.model").write_bytes(self.source.model_proto)
-        else:
-            (directory / "source.model").write_bytes(self.source.model_proto)
-            (directory / "target.model").write_bytes(self.target.model_proto)
+            _write_whole(directory / "joint.model", self.source.model_proto)
+        else:  # a run that stops between the two has no pair, and trains the tokenizer again
+            _write_whole(directory / "source.model", self.source.model_proto)
+            _write_whole(directory / "target.model", self.target.model_proto)
 
     @classmethod
     def load(cls, directory: str | Path) -> "Tokenizers":

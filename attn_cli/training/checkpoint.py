@@ -56,15 +56,22 @@ def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, mo
         "metrics": metrics or {},
         "training_state": training_state or {},
     }
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = None
     try:
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as error:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        # A full disk or an I/O error: torch's writer reports it as a RuntimeError of its own.
+        if isinstance(error, OSError) or (isinstance(error, RuntimeError) and "PytorchStreamWriter" in str(error)):
+            cause = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
+            kept = f"; the previous {path.name} is intact" if path.is_file() else ""
+            raise CheckpointError(f"cannot write {path}: {cause}{kept}") from None
         raise
 
 
@@ -111,13 +118,19 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise CheckpointError(f"{path} is not a readable attn checkpoint: {first_line}") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not an attn checkpoint of format {FORMAT_VERSION}")
-    config = config_from_dict(payload["config"])
-    tokenizers = Tokenizers.from_state(payload["tokenizers"])
-    model = build_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)
-    model.load_state_dict(_fuse_attention_projections(payload["model"]))
+    try:
+        config = config_from_dict(payload["config"])
+        tokenizers = Tokenizers.from_state(payload["tokenizers"])
+        model = build_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+        model.load_state_dict(_fuse_attention_projections(payload["model"]))
+        loaded = Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
+                            payload["training_state"])
+    except KeyError as missing:
+        raise CheckpointError(f"{path} is an incomplete attn checkpoint: it has no {missing}") from None
+    except (TypeError, ValueError, RuntimeError) as error:  # parts of the wrong type or shape
+        raise CheckpointError(f"{path} is a damaged attn checkpoint: {str(error).splitlines()[0]}") from None
     model.to(device).eval()
-    return Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
-                      payload["training_state"])
+    return loaded
 
 
 def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
