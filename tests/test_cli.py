@@ -75,6 +75,13 @@ def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
     assert target.read_text() == "what was there\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.zh"]
 
+    from attn_cli.errors import UserError
+
+    with pytest.raises(UserError, match=r"cannot write --output .*out.zh: No space left on device; the file is as it was"):
+        with output_stream(target) as out:
+            raise OSError(28, "No space left on device")  # what a write to a full disk raises
+    assert target.read_text() == "what was there\n" and [p.name for p in tmp_path.iterdir()] == ["out.zh"]
+
 
 def test_eval_scores_the_test_split_and_any_file_pair(trained_run, tmp_path):
     result = invoke("eval", "--bleu", "--run", str(trained_run))

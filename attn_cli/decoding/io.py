@@ -152,7 +152,10 @@ def output_stream(path: Optional[Path]) -> Iterator[TextIO]:
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError):  # a full disk, say
+            kept = "; the file is as it was" if path.exists() else ""
+            raise UserError(f"cannot write --output {path}: {error.strerror or error}{kept}") from None
         raise
