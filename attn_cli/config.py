@@ -65,6 +65,14 @@ def _fail(key: str, problem: str) -> NoReturn:
     raise ConfigError(problem, key or None)  # "" is the top level: the whole file
 
 
+MAX_SEED = 2**32 - 1  # what every generator attn seeds takes, whatever it derives from it per process
+
+
+def _check_seed(key: str, seed: Optional[int]) -> None:
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        _fail(key, f"{seed} is out of range; a seed is a whole number from 0 to {MAX_SEED:,}")
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     """Where parallel sentences come from. Which fields matter depends on `format`."""
@@ -121,6 +129,7 @@ class DataConfig:
         for key in ("valid_size", "test_size"):
             if getattr(self, key) < 0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 0")
+        _check_seed(f"{path}.split_seed", self.split_seed)
         for key in ("max_source_tokens", "max_target_tokens"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
@@ -213,6 +222,7 @@ class TrainConfig:
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
+        _check_seed(f"{path}.seed", self.seed)
         for key in ("max_tokens", "accumulate", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
@@ -255,6 +265,7 @@ class DecodeConfig:
     long_inputs: Literal["split", "truncate"] = "split"  # inputs beyond model.max_positions
 
     def validate(self, path: str) -> None:
+        _check_seed(f"{path}.seed", self.seed)
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise ConfigError(f"$max_len_a={self.max_len_a} must be >= 0 and $max_len_b={self.max_len_b} >= 1", path,
                               mentions={"max_len_a": f"{path}.max_len_a", "max_len_b": f"{path}.max_len_b"})

@@ -47,6 +47,9 @@ def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text, expected", [
+    ("train:\n  seed: 123456789012345678901\n", "train.seed: 123456789012345678901 is out of range; a seed is a whole number from 0 to"),
+    ("data:\n  corpus:\n    path: c.tsv\n  split_seed: -1\n", "data.split_seed: -1 is out of range"),
+    ("decode:\n  seed: 4294967296\n", "decode.seed: 4294967296 is out of range"),
     ("model:\n  d_model: 512\n  num_heads: 7\n", "model.num_heads: 7 must divide model.d_model=512"),
     ("model:\n  d_modle: 512\n", "model.d_modle: unknown key; did you mean 'd_model'?"),
     ("train:\n  lr: fast\n", "train.lr: 'fast' must be a number"),
