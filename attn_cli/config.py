@@ -458,9 +458,10 @@ def find_config(path: str | Path) -> Path:
     if path.is_file():
         return path
     builtin = builtin_configs()
-    for name in (path.name, f"{path.name}.yaml"):
-        if len(path.parts) == 1 and name in builtin:
-            return builtin[name]
+    if len(path.parts) == 1:  # a bare name, not a path into some directory
+        for name in (path.name, f"{path.name}.yaml"):
+            if name in builtin:
+                return builtin[name]
     raise ConfigError(f"config file not found: {path}; the built-in configs are {', '.join(builtin)} "
                       "(attn train --config tiny.yaml), or give the path of your own YAML file")
 

@@ -81,6 +81,10 @@ def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
         with output_stream(target) as out:
             raise OSError(28, "No space left on device")  # what a write to a full disk raises
     assert target.read_text() == "what was there\n" and [p.name for p in tmp_path.iterdir()] == ["out.zh"]
+    with pytest.raises(FileNotFoundError):  # another file's error (an --attention-out, say) stays its own
+        with output_stream(target) as out:
+            raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "missing" / "attention.png"))
+    assert target.read_text() == "what was there\n" and [p.name for p in tmp_path.iterdir()] == ["out.zh"]
 
 
 def test_eval_scores_the_test_split_and_any_file_pair(trained_run, tmp_path):

@@ -12,7 +12,6 @@ import json
 import os
 import select
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Optional, TextIO
@@ -141,21 +140,19 @@ def output_stream(path: Optional[Path]) -> Iterator[TextIO]:
     if path is None:
         yield sys.stdout
         return
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # beside it: the rename stays on one filesystem
     try:
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        out = open(temporary, "w", encoding="utf-8")  # a plain open: the file gets the mode any file would
     except OSError as error:
         raise UserError(f"cannot write --output {path}: {error.strerror}") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        with out:
             yield out
-        umask = os.umask(0)  # mkstemp makes the file private; give it the mode a plain open would
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError):  # a full disk, say
+        temporary.unlink(missing_ok=True)
+        # Writing (a full disk, say) fails without a file name; another file's error is not ours to word.
+        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError) and error.filename in (None, str(temporary)):
             kept = "; the file is as it was" if path.exists() else ""
             raise UserError(f"cannot write --output {path}: {error.strerror or error}{kept}") from None
         raise
