@@ -439,8 +439,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         raise error.in_file(path) from None
 
 
-def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+def config_to_yaml(config: Config) -> str:
+    """The text of a config file that loads as `config`."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True)
 
 
 DEFAULT_CONFIG = Path("en-zh.yaml")  # what `attn train` reads without --config: the built-in one

@@ -47,3 +47,27 @@ def test_with_tensorboard_validation_and_training_scalars_are_written(tmp_path, 
     assert writer.scalars == [("valid/loss", 2.5, 500), ("valid/ppl", 12.2, 500), ("valid/bleu", 20.1, 500),
                               ("train/loss", 2.4, 510), ("train/lr", 1e-3, 510), ("train/tokens_per_second", 5000.0, 510)]
     assert (tmp_path / "metrics.jsonl").is_file()
+
+
+def test_a_line_that_fails_halfway_is_cut_back_off(tmp_path, monkeypatch):
+    from attn_cli.files import WriteError
+    from attn_cli.training import metrics_log
+
+    log = MetricsLog(RunPaths.of(tmp_path))
+    log.validation({"step": 10, "valid_loss": 3.0})
+    write = metrics_log.os.write
+
+    def half_then_full(descriptor, data):  # what a disk that fills up in the middle of a line does
+        write(descriptor, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics_log.os, "write", half_then_full)
+    try:
+        log.validation({"step": 20, "valid_loss": 2.0})
+    except WriteError as error:
+        assert "metrics.jsonl: No space left on device; the lines before are intact" in str(error)
+    else:
+        raise AssertionError("a failed write must not pass silently")
+    finally:
+        monkeypatch.undo()
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10]

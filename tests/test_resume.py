@@ -77,6 +77,24 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
     assert first.exit_code == 0, first.output
     stopped = checkpoint(resumed)
     assert stopped["step"] == 15 and 0 < stopped["training_state"]["batches_done"]
+
+    # A resume that fails to start leaves the run's config as it was, and a metrics line that a
+    # kill cut short does not stop the next one.
+    from attn_cli.data.corpus import DataError
+    from attn_cli.training import setup
+
+    def corpus_gone(cfg, log):
+        raise DataError("corpus gone")
+
+    config_before = (resumed / "config.yaml").read_bytes()
+    with monkeypatch.context() as failing:
+        failing.setattr(setup, "read_splits", corpus_gone)
+        failed = train(resumed, "--resume", "--set", "train.max_steps=30")
+    assert failed.exit_code == 2 and "corpus gone" in failed.output
+    assert (resumed / "config.yaml").read_bytes() == config_before
+    with (resumed / "metrics.jsonl").open("a") as log:
+        log.write('{"step": 20, "valid_lo')
+
     second = train(resumed, "--resume", "--set", "train.max_steps=30")
     assert second.exit_code == 0, second.output
     assert "resume: train.max_steps: 15 -> 30" in second.output

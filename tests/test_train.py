@@ -163,6 +163,7 @@ def _tiny_checkpoint_parts():
 @pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
                                      RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed")])
 def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
+    from attn_cli.files import WriteError
     from attn_cli.training import checkpoint as checkpoint_module
 
     cfg, tokenizers, model = _tiny_checkpoint_parts()
@@ -174,7 +175,7 @@ def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_chec
         raise failure
 
     monkeypatch.setattr(checkpoint_module.torch, "save", disk_full)
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(WriteError) as error:
         save_checkpoint(path, cfg, tokenizers, model, step=2, epoch=1)
     monkeypatch.undo()
     assert str(error.value).startswith(f"cannot write {path}: ") and str(error.value).endswith("the previous last.pt is intact")
@@ -194,16 +195,16 @@ def test_a_checkpoint_with_a_missing_part_is_refused_in_one_line(tmp_path):
 
 
 def test_a_tokenizer_write_that_fails_leaves_no_model_behind(tmp_path, monkeypatch):
-    from attn_cli.data import tokenizer as tokenizer_module
-    from attn_cli.data.tokenizer import TokenizerError
+    from attn_cli import files
+    from attn_cli.files import WriteError
 
     _, tokenizers, _ = _tiny_checkpoint_parts()
 
     def disk_full(source, target):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(tokenizer_module.os, "replace", disk_full)
-    with pytest.raises(TokenizerError, match="joint.model: No space left on device"):
+    monkeypatch.setattr(files.os, "replace", disk_full)
+    with pytest.raises(WriteError, match="joint.model: No space left on device"):
         tokenizers.save(tmp_path)
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []  # neither half a model nor its temporary file

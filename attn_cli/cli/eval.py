@@ -12,6 +12,7 @@ from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, tell
 from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
                                      load_for_decoding)
 from attn_cli.errors import UserError
+from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
 
 
@@ -58,7 +59,7 @@ def evaluate(
     sources, references = read_parallel(src, ref)
     hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources)]
     hypotheses_path = hypotheses_file(checkpoint_path, src)
-    hypotheses_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    write_whole(hypotheses_path, "".join(h + "\n" for h in hypotheses))
     tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):

@@ -11,6 +11,7 @@ from typing import Callable
 
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.corpus import ReadReport, Splits, load_splits
+from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
 from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 
@@ -38,7 +39,7 @@ def write_splits(cfg: Config, splits: Splits) -> None:
     for name, pairs in (("valid", splits.valid), ("test", splits.test)):
         for side, language in enumerate((cfg.data.src_lang, cfg.data.tgt_lang)):
             text = "".join(pair[side].replace("\n", " ") + "\n" for pair in pairs)
-            paths.split_file(name, language).write_text(text, encoding="utf-8")
+            write_whole(paths.split_file(name, language), text)
 
 
 def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retrain: bool = False) -> Tokenizers:

@@ -8,7 +8,6 @@ translate.
 from __future__ import annotations
 
 import io
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import sentencepiece as spm
 
 from attn_cli.config import TokenizerConfig
 from attn_cli.errors import UserError
+from attn_cli.files import write_whole
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 class TokenizerError(UserError, ValueError):
@@ -57,20 +57,6 @@ class Tokenizer:
         return [self._sp.id_to_piece(i) for i in ids]
 
 
-def _write_whole(path: Path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all: a crash or a full disk never leaves half a model
-    that a later run would load."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise TokenizerError(f"cannot write {path}: {error.strerror or error}") from None
-        raise
-
-
 @dataclass(frozen=True)
 class Tokenizers:
     source: Tokenizer
@@ -86,10 +72,10 @@ class Tokenizers:
         for old in ("joint.model", "source.model", "target.model"):  # a retrain may switch joint <-> separate
             (directory / old).unlink(missing_ok=True)
         if self.joint:
-            _write_whole(directory / "joint.model", self.source.model_proto)
+            write_whole(directory / "joint.model", self.source.model_proto)
         else:  # a run that stops between the two has no pair, and trains the tokenizer again
-            _write_whole(directory / "source.model", self.source.model_proto)
-            _write_whole(directory / "target.model", self.target.model_proto)
+            write_whole(directory / "source.model", self.source.model_proto)
+            write_whole(directory / "target.model", self.target.model_proto)
 
     @classmethod
     def load(cls, directory: str | Path) -> "Tokenizers":

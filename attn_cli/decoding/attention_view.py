@@ -22,6 +22,7 @@ from rich.text import Text
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
+from attn_cli.files import write_whole, written_whole
 from attn_cli.model import Transformer
 from attn_cli.model.transformer import AttentionWeights
 from attn_cli.vocab import BOS_ID, EOS_ID
@@ -141,7 +142,7 @@ def save_attention(path: str | Path, maps: AttentionMaps, source_tokens: Sequenc
     payload = {"source_tokens": sources, "decoder_input_tokens": inputs, "output_tokens": outputs}
     for kind in KINDS:  # float64 before rounding, so the JSON holds 0.123457 and not 0.12345699965
         payload[kind] = getattr(maps, kind).double().round(decimals=6).tolist()
-    path.write_text(json.dumps(payload, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_whole(path, json.dumps(payload, ensure_ascii=False) + "\n")
 
 
 def _save_png(path: Path, maps: AttentionMaps, sources: list[str], inputs: list[str], outputs: list[str]) -> None:
@@ -180,4 +181,5 @@ def _save_png(path: Path, maps: AttentionMaps, sources: list[str], inputs: list[
     if not all(drawable(token) for token in sources + inputs):  # outputs are inputs[1:] + EOS
         figure.suptitle("#n: token n, which the default font cannot draw", fontsize=8)
     figure.colorbar(image, ax=panels, shrink=0.6, label="attention weight (mean over heads)")
-    figure.savefig(path, dpi=120)
+    with written_whole(path, binary=True) as handle:
+        figure.savefig(handle, format="png", dpi=120)

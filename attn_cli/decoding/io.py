@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +17,7 @@ from typing import Optional, TextIO
 
 from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
+from attn_cli.files import written_whole
 
 OUTPUT_FORMATS = ("text", "jsonl")
 
@@ -134,25 +134,10 @@ class TranslationWriter:
 
 @contextlib.contextmanager
 def output_stream(path: Optional[Path]) -> Iterator[TextIO]:
-    """stdout, or a file written whole or not at all: into a temporary file beside `path` that takes
-    its name once everything is written. An interrupted run leaves what was there untouched, so
-    `--output` may even name the `--input` file."""
+    """stdout, or a file written whole or not at all (attn_cli/files.py): an interrupted run leaves
+    what was there untouched, so `--output` may even name the `--input` file."""
     if path is None:
         yield sys.stdout
         return
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # beside it: the rename stays on one filesystem
-    try:
-        out = open(temporary, "w", encoding="utf-8")  # a plain open: the file gets the mode any file would
-    except OSError as error:
-        raise UserError(f"cannot write --output {path}: {error.strerror}") from None
-    try:
-        with out:
-            yield out
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        # Writing (a full disk, say) fails without a file name; another file's error is not ours to word.
-        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError) and error.filename in (None, str(temporary)):
-            kept = "; the file is as it was" if path.exists() else ""
-            raise UserError(f"cannot write --output {path}: {error.strerror or error}{kept}") from None
-        raise
+    with written_whole(path, label=f"--output {path}") as out:
+        yield out

@@ -4,14 +4,12 @@ A checkpoint holds the config, both tokenizer models, the model weights, step, e
 so it alone rebuilds a translator; it also keeps what resuming a run exactly needs: optimizer,
 scheduler, gradient scaler and RNG states, the position inside the epoch, the training time used
 and the best metrics so far. Saving writes a temporary file in the same directory and renames it over the old
-one: a crash mid-save never leaves a broken checkpoint behind.
+one (attn_cli/files.py): a crash mid-save never leaves a broken checkpoint behind.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -21,6 +19,7 @@ import torch
 from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.errors import UserError
+from attn_cli.files import write_error, written_whole
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 
@@ -56,22 +55,13 @@ def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, mo
         "metrics": metrics or {},
         "training_state": training_state or {},
     }
-    temporary = None
     try:
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(descriptor, "wb") as handle:
+        with written_whole(path, binary=True) as handle:
             torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException as error:
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
-        # A full disk or an I/O error: torch's writer reports it as a RuntimeError of its own.
-        if isinstance(error, OSError) or (isinstance(error, RuntimeError) and "PytorchStreamWriter" in str(error)):
-            cause = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
-            kept = f"; the previous {path.name} is intact" if path.is_file() else ""
-            raise CheckpointError(f"cannot write {path}: {cause}{kept}") from None
+    except RuntimeError as error:
+        # torch's own writer reports a full disk or an I/O error as a RuntimeError, without the file.
+        if "PytorchStreamWriter" in str(error):
+            raise write_error(path, str(error).splitlines()[0]) from None
         raise
 
 

@@ -13,11 +13,12 @@ from typing import Optional
 
 import torch
 
-from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, save_config
+from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, config_to_yaml
 from attn_cli.data.batching import Example, filter_by_length
 from attn_cli.data.corpus import DataError, Pair, Splits
 from attn_cli.data.prepare import prepare, read_splits, write_splits
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.files import remove_stale_temporaries, write_whole
 from attn_cli.model import Transformer, build_model
 from attn_cli.paths import RunPaths
 from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
@@ -93,10 +94,22 @@ def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
 
 
 def _keep_metrics_up_to(log: Path, step: int) -> None:
-    """Drop metrics lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+    """Drop metrics lines written after the checkpoint a run resumes from (the resumed run writes
+    them again), and a line a kill cut short."""
     if log.is_file():
-        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
-        log.write_text("".join(line for line in lines if json.loads(line)["step"] <= step), encoding="utf-8")
+        kept = [line for line in log.read_text(encoding="utf-8").splitlines(keepends=True)
+                if _metrics_step(line) is not None and _metrics_step(line) <= step]
+        write_whole(log, "".join(kept))
+
+
+def _metrics_step(line: str) -> Optional[int]:
+    """The step of a metrics line; None for one that is not whole (no newline yet, or not JSON)."""
+    if not line.endswith("\n"):
+        return None
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 @dataclass
@@ -144,7 +157,7 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
     if ranks.is_main:
-        _prepare_run_dir(cfg, paths, resumed)
+        _prepare_run_dir(paths, resumed)
 
     set_seed(cfg.train.seed)
     splits, tokenizers = _splits_and_tokenizers(cfg, resumed, display, ranks)
@@ -172,6 +185,8 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
                           EarlyStopping(stopping.metric, stopping.patience) if stopping else None)
     if resumed is not None:
         _restore(setup, resumed)
+    if ranks.is_main:  # last: a run, or a resume, that fails to start leaves the run's config as it was
+        write_whole(paths.config, config_to_yaml(cfg))
     _log_setup(setup)
     return setup
 
@@ -188,15 +203,13 @@ def _run_config(cfg: Config, paths: RunPaths, resumed: Optional[Checkpoint], dis
     return cfg
 
 
-def _prepare_run_dir(cfg: Config, paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
-    """Save the config into the run directory and keep only the metrics the run will not write again;
-    rank 0's job."""
+def _prepare_run_dir(paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
+    """Clear what a killed process left and keep only the metrics the run will not write again; rank 0's job."""
     paths.root.mkdir(parents=True, exist_ok=True)
-    # Under the run directory's lock no other process is saving here: a temporary file is what a
-    # save cut short by a crash left behind.
-    for stale in paths.checkpoint_dir.glob(".*.tmp"):
-        stale.unlink(missing_ok=True)
-    save_config(cfg, paths.config)
+    # Under the run directory's lock no other process writes here: a temporary file is what a
+    # write cut short by a kill left behind.
+    for directory in (paths.root, paths.checkpoint_dir, paths.tokenizer_dir, paths.data_dir):
+        remove_stale_temporaries(directory)
     if resumed is not None:
         _keep_metrics_up_to(paths.metrics_log, resumed.step)
     else:

@@ -1,0 +1,77 @@
+"""Files written whole or not at all.
+
+Every file attn writes (checkpoints, the tokenizer, config.yaml, the data splits, translations)
+goes first into a temporary file beside its target, which takes the target's name only once all of
+it is on disk. A crash, a Ctrl-C or a full disk therefore leaves the previous file as it was, never
+half of a new one that a later run would read; the temporary file is removed on the way out, or,
+after a kill -9, by the next run (`remove_stale_temporaries`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import IO, Iterator, Optional
+
+from attn_cli.errors import UserError
+
+
+class WriteError(UserError):
+    """A file could not be written: no space, an I/O error, a read-only filesystem."""
+
+
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def _temporary_beside(path: Path) -> Path:
+    # Beside the target, so the rename stays on one filesystem; hidden, and with the writer's PID,
+    # so two writers never share one.
+    return path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
+
+
+@contextlib.contextmanager
+def written_whole(path: Path, binary: bool = False, label: Optional[str] = None) -> Iterator[IO]:
+    """A handle to write `path` through: when the block ends normally the data is flushed to disk
+    and renamed over `path`; when it raises, `path` is left as it was.
+
+    An OSError of this file (a full disk, say) becomes a one-line WriteError naming `label` (the
+    path when None) and the cause; any other error, another file's among them, passes as it is."""
+    path = Path(path)
+    temporary = _temporary_beside(path)
+    try:
+        # A plain open: the file gets the permissions any new file would.
+        handle = open(temporary, "wb") if binary else open(temporary, "w", encoding="utf-8")
+    except OSError as error:
+        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+    try:
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before it takes the name: a power cut cannot leave it empty
+        os.replace(temporary, path)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError) \
+                and error.filename in (None, str(temporary), str(path)):
+            raise write_error(path, error.strerror or str(error), label) from None
+        raise
+
+
+def write_error(path: Path, cause: str, label: Optional[str] = None) -> WriteError:
+    """The one line for a failed write of `path`, saying whether a previous version survives."""
+    kept = f"; the previous {path.name} is intact" if path.exists() else ""
+    return WriteError(f"cannot write {label or path}: {cause}{kept}")
+
+
+def write_whole(path: Path, data: str | bytes, label: Optional[str] = None) -> None:
+    """Write `data` (text as UTF-8) to `path` whole or not at all."""
+    with written_whole(path, binary=isinstance(data, bytes), label=label) as handle:
+        handle.write(data)
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Remove what writes cut short by a kill left in `directory`. Only for a directory no other
+    process writes into at the same time (a run directory, under its lock)."""
+    if directory.is_dir():
+        for stale in directory.glob(f".*{TEMPORARY_SUFFIX}"):
+            stale.unlink(missing_ok=True)
