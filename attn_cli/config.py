@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import math
 import re
 import string
 import types
@@ -65,6 +66,39 @@ def _fail(key: str, problem: str) -> NoReturn:
     raise ConfigError(problem, key or None)  # "" is the top level: the whole file
 
 
+LARGEST_WHOLE_NUMBER = 2**63 - 1  # what torch and the C libraries below it take as a whole number
+
+
+def _check_numbers(section: Any, path: str) -> None:
+    """Every number of a config section, before its own ranges: whole numbers that fit the 64 bits
+    they become, and floats that are numbers (YAML's .nan and .inf are not)."""
+    for item in dataclasses.fields(section):
+        value = getattr(section, item.name)
+        for position, number in enumerate(value if isinstance(value, tuple) else (value,)):
+            key = f"{path}.{item.name}" + (f"[{position}]" if isinstance(value, tuple) else "")
+            if isinstance(number, bool):
+                continue
+            if isinstance(number, int) and abs(number) > LARGEST_WHOLE_NUMBER:
+                _fail(key, f"{number} is out of range; whole numbers here go up to {LARGEST_WHOLE_NUMBER:,}")
+            if isinstance(number, float) and not math.isfinite(number):
+                _fail(key, f"{number} is not a usable number; give a finite one")
+
+
+def _at_most(key: str, value: Optional[int | float], limit: int | float, why: str) -> None:
+    if value is not None and value > limit:
+        _fail(key, f"{value:,} is more than {limit:,}, the largest attn takes: {why}")
+
+
+# Upper limits of sizes that would otherwise end in an allocator's traceback, a library's, or the
+# out-of-memory killer; each far beyond what a translation model uses.
+MAX_VOCABULARY = 1_000_000
+MAX_LAYERS = 1024
+MAX_POSITIONS = 1_048_576
+MAX_THREADS = 1024
+MAX_BEAM = 1024
+MAX_LENGTH_FACTOR = 100.0
+MAX_EXTRA_TOKENS = 100_000
+
 MAX_SEED = 2**32 - 1  # what every generator attn seeds takes, whatever it derives from it per process
 
 
@@ -91,6 +125,7 @@ class CorpusConfig:
     hf_data_files: Optional[str] = None
 
     def validate(self, path: str) -> None:
+        _check_numbers(self, path)
         if self.format in ("tsv", "jsonl") and not self.path:
             _fail(f"{path}.path", f"format {self.format!r} needs a file path, e.g. path: data/corpus.{self.format}")
         if self.format == "text" and not (self.src_path and self.tgt_path):
@@ -122,6 +157,8 @@ class DataConfig:
     strict: bool = False  # malformed lines are an error instead of being skipped and reported
 
     def validate(self, path: str) -> None:
+        _check_seed(f"{path}.split_seed", self.split_seed)  # before the general check: its own range is narrower
+        _check_numbers(self, path)
         self.corpus.validate(f"{path}.corpus")
         for key in ("valid_corpus", "test_corpus"):
             if getattr(self, key) is not None:
@@ -129,7 +166,6 @@ class DataConfig:
         for key in ("valid_size", "test_size"):
             if getattr(self, key) < 0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 0")
-        _check_seed(f"{path}.split_seed", self.split_seed)
         for key in ("max_source_tokens", "max_target_tokens"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
@@ -152,8 +188,12 @@ class TokenizerConfig:
     max_training_sentences: int = 2_000_000
 
     def validate(self, path: str) -> None:
+        _check_numbers(self, path)
         if self.vocab_size < 300:
             _fail(f"{path}.vocab_size", f"{self.vocab_size} is too small; byte fallback alone needs 256 + 4 pieces, use >= 300")
+        _at_most(f"{path}.vocab_size", self.vocab_size, MAX_VOCABULARY, "SentencePiece's limit, and far more than translation needs")
+        if self.max_training_sentences < 1:
+            _fail(f"{path}.max_training_sentences", f"{self.max_training_sentences} must be >= 1")
         if not 0.9 <= self.character_coverage <= 1.0:
             _fail(f"{path}.character_coverage", f"{self.character_coverage} must be in [0.9, 1.0]; 0.9995 suits Chinese")
 
@@ -173,9 +213,13 @@ class ModelConfig:
     share_embeddings: bool = True  # needs a joint vocabulary
 
     def validate(self, path: str) -> None:
+        _check_numbers(self, path)
         for key in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        for key in ("encoder_layers", "decoder_layers"):
+            _at_most(f"{path}.{key}", getattr(self, key), MAX_LAYERS, "deeper stacks do not train without other changes")
+        _at_most(f"{path}.max_positions", self.max_positions, MAX_POSITIONS, "attention over longer sequences does not fit in memory")
         if self.d_model % self.num_heads:
             _fail(f"{path}.num_heads", f"{self.num_heads} must divide {path}.d_model={self.d_model}")
         for key in ("dropout", "attention_dropout"):
@@ -189,6 +233,7 @@ class EarlyStoppingConfig:
     patience: int = 5  # validations in a row without improvement before training stops
 
     def validate(self, path: str) -> None:
+        _check_numbers(self, path)
         if self.patience < 1:
             _fail(f"{path}.patience", f"{self.patience} must be >= 1")
 
@@ -222,7 +267,8 @@ class TrainConfig:
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
-        _check_seed(f"{path}.seed", self.seed)
+        _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower
+        _check_numbers(self, path)
         for key in ("max_tokens", "accumulate", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
@@ -239,6 +285,9 @@ class TrainConfig:
             _fail(f"{path}.keep_last", f"{self.keep_last} must be >= 0 (0 keeps no step checkpoints)")
         if self.threads is not None and self.threads < 1:
             _fail(f"{path}.threads", f"{self.threads} must be >= 1, or null")
+        _at_most(f"{path}.threads", self.threads, MAX_THREADS, "more threads than cores only slow training down")
+        if self.weight_decay < 0:
+            _fail(f"{path}.weight_decay", f"{self.weight_decay} must be >= 0")
         if self.lr <= 0:
             _fail(f"{path}.lr", f"{self.lr} must be > 0")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -265,13 +314,20 @@ class DecodeConfig:
     long_inputs: Literal["split", "truncate"] = "split"  # inputs beyond model.max_positions
 
     def validate(self, path: str) -> None:
-        _check_seed(f"{path}.seed", self.seed)
+        _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower
+        _check_numbers(self, path)
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise ConfigError(f"$max_len_a={self.max_len_a} must be >= 0 and $max_len_b={self.max_len_b} >= 1", path,
                               mentions={"max_len_a": f"{path}.max_len_a", "max_len_b": f"{path}.max_len_b"})
         for key in ("beam_size", "n_best", "max_tokens"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
+        _at_most(f"{path}.max_len_a", self.max_len_a, MAX_LENGTH_FACTOR, "no translation is that much longer than its source")
+        _at_most(f"{path}.max_len_b", self.max_len_b, MAX_EXTRA_TOKENS, "no translation needs that many tokens beyond its source's length")
+        for key in ("beam_size", "n_best"):
+            _at_most(f"{path}.{key}", getattr(self, key), MAX_BEAM, "each one multiplies the memory and time of decoding")
+        if self.length_penalty < 0:
+            _fail(f"{path}.length_penalty", f"{self.length_penalty} must be >= 0 (0 turns it off)")
         if not self.sample and self.n_best > self.beam_size:
             raise ConfigError(f"{self.n_best} is more than $beam_size={self.beam_size}; a beam of k keeps at most "
                               f"k translations, so raise $beam_size", f"{path}.n_best",

@@ -60,6 +60,19 @@ def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
     ("bogus: 1\n", "bogus: unknown key"),
     ("data:\n  corpus:\n    format: tsv\n", "data.corpus.path: format 'tsv' needs a file path"),
     ("train:\n  max_steps: true\n", "train.max_steps: True must be a whole number"),
+    # Every number has a range: no NaN or infinity, nothing beyond 64 bits, and sizes that exist.
+    ("train:\n  lr: .nan\n", "train.lr: nan is not a usable number; give a finite one"),
+    ("train:\n  max_minutes: .inf\n", "train.max_minutes: inf is not a usable number"),
+    ("train:\n  betas: [0.9, .nan]\n", "train.betas[1]: nan is not a usable number"),
+    ("decode:\n  max_len_a: .inf\n", "decode.max_len_a: inf is not a usable number"),
+    ("model:\n  max_positions: 100000000000000000000\n", "model.max_positions: 100000000000000000000 is out of range; whole numbers here go up to 9,223,372,036,854,775,807"),
+    ("model:\n  max_positions: 2000000\n", "model.max_positions: 2,000,000 is more than 1,048,576"),
+    ("tokenizer:\n  vocab_size: 100000000000\n", "tokenizer.vocab_size: 100,000,000,000 is more than 1,000,000"),
+    ("train:\n  threads: 5000\n", "train.threads: 5,000 is more than 1,024"),
+    ("train:\n  weight_decay: -0.1\n", "train.weight_decay: -0.1 must be >= 0"),
+    ("decode:\n  beam_size: 100000000\n", "decode.beam_size: 100,000,000 is more than 1,024"),
+    ("decode:\n  max_len_b: 1000000000\n", "decode.max_len_b: 1,000,000,000 is more than 100,000"),
+    ("decode:\n  length_penalty: -1\n", "decode.length_penalty: -1.0 must be >= 0"),
 ])
 def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
     with pytest.raises(ConfigError) as error:

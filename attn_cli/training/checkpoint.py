@@ -20,8 +20,9 @@ from attn_cli.config import Config, config_from_dict, config_to_dict, default_ru
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.errors import UserError
 from attn_cli.files import write_error, written_whole
-from attn_cli.model import Transformer, build_model
+from attn_cli.model import Transformer
 from attn_cli.paths import RunPaths
+from attn_cli.training.allocation import allocate_model
 
 FORMAT_VERSION = 1
 
@@ -111,7 +112,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     try:
         config = config_from_dict(payload["config"])
         tokenizers = Tokenizers.from_state(payload["tokenizers"])
-        model = build_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+        model = allocate_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size,
+                               torch.device("cpu"), training=False, fix=f"{path} is not a model this machine can load")
         model.load_state_dict(_fuse_attention_projections(payload["model"]))
         loaded = Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
                             payload["training_state"])

@@ -19,8 +19,9 @@ from attn_cli.data.corpus import DataError, Pair, Splits
 from attn_cli.data.prepare import prepare, read_splits, write_splits
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import remove_stale_temporaries, write_whole
-from attn_cli.model import Transformer, build_model
+from attn_cli.model import Transformer
 from attn_cli.paths import RunPaths
+from attn_cli.training.allocation import allocate_model
 from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
 from attn_cli.training.early_stopping import EarlyStopping
@@ -164,8 +165,9 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     train_examples, valid_examples = _encode_splits(cfg, splits, tokenizers, display)
 
     set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
-    model = (resumed.model if resumed is not None else
-             build_model(cfg.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size)).to(device)
+    model = (resumed.model.to(device) if resumed is not None else
+             allocate_model(cfg.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size, device, training=True,
+                            fix="lower model.d_model, model.ffn_dim, the layer counts or tokenizer.vocab_size"))
     model.gradient_checkpointing = cfg.train.gradient_checkpointing
     if ranks.rank:
         set_seed(dropout_seed(cfg.train.seed, ranks.rank))
