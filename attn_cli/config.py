@@ -479,10 +479,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     values: dict = {}
     if path is not None:
         path = find_config(path)
-        try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"not valid YAML: {error}", config_file=path) from None
+        values = _read_yaml(path)
         if not isinstance(values, dict):
             raise ConfigError("the top level must be a mapping of sections", config_file=path)
     for override in overrides:
@@ -493,6 +490,21 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if path is None:
             raise
         raise error.in_file(path) from None
+
+
+def _read_yaml(path: Path) -> Any:
+    """The YAML values in the file at `path`, or a one-line error saying where it went wrong."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"not UTF-8 text (byte {error.start}); a config is a YAML text file", config_file=path) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read it: {error.strerror or error}", config_file=path) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"not valid YAML{where}: {problem}", config_file=path) from None
 
 
 def config_to_yaml(config: Config) -> str:

@@ -32,11 +32,19 @@ def _temporary_beside(path: Path) -> Path:
 @contextlib.contextmanager
 def written_whole(path: Path, binary: bool = False, label: Optional[str] = None) -> Iterator[IO]:
     """A handle to write `path` through: when the block ends normally the data is flushed to disk
-    and renamed over `path`; when it raises, `path` is left as it was.
+    and renamed over `path`; when it raises, `path` is left as it was. A device or a pipe
+    (/dev/stdout) is written directly: there is nothing to keep, and it must stay what it is.
 
     An OSError of this file (a full disk, say) becomes a one-line WriteError naming `label` (the
     path when None) and the cause; any other error, another file's among them, passes as it is."""
     path = Path(path)
+    if path.is_symlink():  # write where the link points, and keep the link
+        path = path.resolve()
+    if path.is_dir():
+        raise WriteError(f"cannot write {label or path}: it is a directory; give a file path")
+    if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout, /dev/null): never replaced
+        yield from _written_in_place(path, binary, label)
+        return
     temporary = _temporary_beside(path)
     try:
         # A plain open: the file gets the permissions any new file would.
@@ -55,6 +63,20 @@ def written_whole(path: Path, binary: bool = False, label: Optional[str] = None)
                 and error.filename in (None, str(temporary), str(path)):
             raise write_error(path, error.strerror or str(error), label) from None
         raise
+
+
+def _written_in_place(path: Path, binary: bool, label: Optional[str]) -> Iterator[IO]:
+    try:
+        handle = open(path, "wb") if binary else open(path, "w", encoding="utf-8")
+    except OSError as error:
+        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+    try:
+        with handle:
+            yield handle
+    except OSError as error:
+        if isinstance(error, BrokenPipeError) or error.filename not in (None, str(path)):
+            raise
+        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
 
 
 def write_error(path: Path, cause: str, label: Optional[str] = None) -> WriteError:

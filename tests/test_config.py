@@ -81,6 +81,17 @@ def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
     assert str(tmp_path / "config.yaml") in str(error.value)
 
 
+def test_a_file_that_is_not_yaml_text_is_one_line_saying_where(tmp_path):
+    tabbed = write(tmp_path, "model:\n\td_model: 64\n")
+    with pytest.raises(ConfigError, match=r"config.yaml: not valid YAML at line 5, column 1: found character '\\t' "
+                                          r"that cannot start any token$"):
+        load_config(tabbed)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"model:\n  d_model: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"binary.yaml: not UTF-8 text \(byte 18\); a config is a YAML text file$"):
+        load_config(binary)
+
+
 def test_an_error_keeps_its_key_apart_from_the_problem(tmp_path):
     path = write(tmp_path, "model:\n  d_model: 64\n  num_heads: 6\n")
     with pytest.raises(ConfigError) as error:

@@ -194,6 +194,21 @@ def test_a_checkpoint_with_a_missing_part_is_refused_in_one_line(tmp_path):
         load_checkpoint(path)
 
 
+def test_a_file_that_is_not_a_whole_checkpoint_is_refused_saying_why(tmp_path):
+    cfg, tokenizers, model = _tiny_checkpoint_parts()
+    whole = tmp_path / "whole.pt"
+    save_checkpoint(whole, cfg, tokenizers, model, step=1, epoch=1)
+    cases = {"empty.pt": b"", "notes.pt": b"some notes\n", "cut.pt": whole.read_bytes()[: whole.stat().st_size // 2]}
+    reasons = {"empty.pt": "the file is empty", "notes.pt": "it is not a file torch.save wrote",
+               "cut.pt": "it is cut short or damaged ("}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(CheckpointError) as error:
+            load_checkpoint(tmp_path / name)
+        assert str(error.value).startswith(f"{tmp_path / name} is not a readable attn checkpoint: {reasons[name]}")
+        assert "\n" not in str(error.value)
+
+
 def test_a_tokenizer_write_that_fails_leaves_no_model_behind(tmp_path, monkeypatch):
     from attn_cli import files
     from attn_cli.files import WriteError

@@ -105,8 +105,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise CheckpointError(f"{path} is not an attn checkpoint: it holds objects other than tensors and plain "
                               "data, which attn never loads (nothing in the file was run)") from None
     except Exception as error:  # a truncated or foreign file
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path} is not a readable attn checkpoint: {first_line}") from None
+        raise CheckpointError(f"{path} is not a readable attn checkpoint: {_why_unreadable(path, error)}") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not an attn checkpoint of format {FORMAT_VERSION}")
     try:
@@ -123,6 +122,18 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise CheckpointError(f"{path} is a damaged attn checkpoint: {str(error).splitlines()[0]}") from None
     model.to(device).eval()
     return loaded
+
+
+def _why_unreadable(path: Path, error: Exception) -> str:
+    """What torch's loader, whose messages are about its internals, found wrong with the file."""
+    with path.open("rb") as handle:
+        start = handle.read(4)
+    if not start:
+        return "the file is empty"
+    if start != b"PK\x03\x04":  # torch.save writes a zip archive
+        return "it is not a file torch.save wrote (those are zip archives)"
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"it is cut short or damaged ({detail})"
 
 
 def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
