@@ -381,10 +381,11 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}")
-        assert result.exit_code == 2
-        assert f"is in use by another attn train (PID {holder.pid})" in result.output
-        assert not (tmp_path / "config.yaml").exists(), "the refused run must write nothing"
+        for command in ("train", "tokenizer"):
+            result = invoke(command, "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}")
+            assert result.exit_code == 2
+            assert f"is in use by another attn process (PID {holder.pid})" in result.output
+            assert sorted(os.listdir(tmp_path)) == [".lock"], "the refused command must write nothing"
     finally:
         holder.kill()
         holder.wait()

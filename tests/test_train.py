@@ -105,19 +105,26 @@ def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
     if where == "the whole file":
         torch.save(_Planted(marker), path)
     else:
-        cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
-                     model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
-        tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
-                                      dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
-        vocab = tokenizers.source.vocab_size
-        save_checkpoint(path, cfg, tokenizers, small_model(src_vocab_size=vocab, tgt_vocab_size=vocab), step=1, epoch=1)
+        cfg, tokenizers, model = _tiny_checkpoint_parts()
+        save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
         payload = torch.load(path, weights_only=True)
         payload["metrics"] = {"valid_bleu": _Planted(marker)}
         torch.save(payload, path)
     with pytest.raises(CheckpointError, match="holds objects other than tensors and plain data"):
         load_checkpoint(path)
-    result = CliRunner().invoke(app, ["translate", "--checkpoint", str(path), "Hello."])
-    assert result.exit_code == 2 and "nothing in the file was run" in result.output
+    # The same file where each command that loads a checkpoint finds it.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("best.pt", "last.pt", "step-1.pt", "step-2.pt"):
+        (run / "checkpoints" / name).write_bytes(path.read_bytes())
+    (run / "config.yaml").write_text(f"run_dir: {run}\ndata:\n  corpus:\n    path: corpus.tsv\n")
+    commands = [["translate", "--checkpoint", str(path), "Hello."], ["translate", "--run", str(run), "Hello."],
+                ["eval", "--checkpoint", str(path)], ["eval", "--run", str(run)],
+                ["average", "--run", str(run), "--last", "2"], ["train", "--config", str(run / "config.yaml"), "--resume"]]
+    for command in commands:
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and "nothing in the file was run" in result.output, (command, result.output)
+        assert "Traceback" not in result.output
     assert not marker.exists(), "the planted code ran"
 
 

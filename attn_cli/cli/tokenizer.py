@@ -9,6 +9,7 @@ import typer
 
 from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
 from attn_cli.config import load_config
+from attn_cli.paths import RunPaths
 
 
 def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
@@ -21,11 +22,13 @@ def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption
     """
     # sentencepiece and datasets: imported when run, not for --help
     from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
+    from attn_cli.training.run_lock import run_directory_lock
 
     cfg = load_config(config, set_ or [])
-    splits = read_splits(cfg, stderr.print)
-    write_splits(cfg, splits)
-    tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print, retrain=retrain)
+    with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet
+        splits = read_splits(cfg, stderr.print)
+        write_splits(cfg, splits)
+        tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print, retrain=retrain)
     sample = splits.train[0] if splits.train else ("Hello, world.", "你好，世界。")
     tell(f"example: {' '.join(tokenizers.source.encode_pieces([sample[0]])[0])}  |  "
          f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}")

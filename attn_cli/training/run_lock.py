@@ -1,4 +1,5 @@
-"""One `attn train` per run directory: an advisory lock on RUN/.lock, held while the run trains."""
+"""One writer per run directory: an advisory lock on RUN/.lock, held while `attn train` or
+`attn tokenizer` works in it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from attn_cli.paths import RunPaths
 
 @contextlib.contextmanager
 def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
-    """Within, this process alone trains into `paths.root`; a second `attn train` there is refused
+    """Within, this process alone writes into `paths.root`; a second `attn train` there is refused
     with the holder's PID. The kernel drops the lock when the process dies, however it dies, so a
     crashed run never leaves the directory locked. `held=False` (torchrun ranks other than 0, which
     train under rank 0's lock) takes no lock."""
@@ -27,8 +28,8 @@ def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "unknown"
-            raise ConfigError(f"{paths.root} is in use by another attn train (PID {holder}); wait for it to "
-                              "finish, or train into another directory with --set run_dir=...", "run_dir") from None
+            raise ConfigError(f"{paths.root} is in use by another attn process (PID {holder}); wait for "
+                              "it to finish, or work in another directory with --set run_dir=...", "run_dir") from None
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")
