@@ -396,6 +396,13 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
         pass
 
 
+def test_a_run_directory_that_cannot_be_one_is_a_one_line_error(tmp_path):
+    (tmp_path / "a-file").write_text("not a directory\n")
+    result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path / 'a-file'}")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"run_dir: {tmp_path / 'a-file'} cannot be a run directory: File exists; give another path" in result.output
+
+
 def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporaries_go(tmp_path, monkeypatch):
     import json
 

@@ -236,6 +236,10 @@ def test_hf_saved_dataset_round_trip(tmp_path: Path) -> None:
         read_corpus(CorpusConfig(format="hf", path=str(saved), hf_split="validation"))
     with pytest.raises(DataError, match="src_field"):
         read_corpus(CorpusConfig(format="hf", path=str(saved), src_field="english"))
+    (tmp_path / "not-saved").mkdir()
+    with pytest.raises(DataError, match=r"not-saved is not a saved dataset: .* \(check data.corpus.path; it must be a "
+                                        r"directory written by Dataset.save_to_disk\)$"):
+        read_corpus(CorpusConfig(format="hf", path=str(tmp_path / "not-saved")))
 
 
 # ---------------------------------------------------------------------------------------------

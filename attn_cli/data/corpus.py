@@ -290,7 +290,11 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
             raise DataError(f"dataset directory not found: {cfg.path} (check {key}.path in your config; it must be "
                             "a directory written by Dataset.save_to_disk; relative paths are resolved from the "
                             "current directory)")
-        loaded = datasets.load_from_disk(cfg.path)
+        try:
+            loaded = datasets.load_from_disk(cfg.path)
+        except (OSError, ValueError) as error:  # a directory save_to_disk did not write, or damaged
+            raise DataError(f"{cfg.path} is not a saved dataset: {_first_line(error)} (check {key}.path; it must be "
+                            "a directory written by Dataset.save_to_disk)") from None
         if isinstance(loaded, datasets.DatasetDict):
             if cfg.hf_split not in loaded:
                 raise DataError(f"{cfg.path}: no split {cfg.hf_split!r} (check {key}.hf_split; "
@@ -300,9 +304,13 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
     extra = {"data_files": cfg.hf_data_files} if cfg.hf_data_files else {}
     try:
         return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
-    except FileNotFoundError as error:
-        raise DataError(f"dataset {cfg.hf_name!r} could not be loaded: {error} (check {key}.hf_name "
+    except (OSError, ValueError) as error:  # not found, not reachable (no network), or not readable
+        raise DataError(f"dataset {cfg.hf_name!r} could not be loaded: {_first_line(error)} (check {key}.hf_name "
                         f"and {key}.hf_data_files)") from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> Iterable[Any]:

@@ -21,8 +21,13 @@ def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
     if not held:
         yield
         return
-    paths.root.mkdir(parents=True, exist_ok=True)
-    with open(paths.root / ".lock", "a+", encoding="utf-8") as lock:
+    try:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        lock = open(paths.root / ".lock", "a+", encoding="utf-8")
+    except OSError as error:  # a file of that name, a read-only place
+        raise ConfigError(f"{paths.root} cannot be a run directory: {error.strerror or error}; "
+                          "give another path with --set run_dir=...", "run_dir") from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
