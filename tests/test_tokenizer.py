@@ -64,3 +64,10 @@ def test_a_reused_tokenizer_must_match_the_config(tmp_path):
     bigger = dataclasses.replace(cfg, tokenizer=dataclasses.replace(CONFIG, vocab_size=400))
     with pytest.raises(ConfigError, match="attn tokenizer --retrain"):
         train_or_load_tokenizers(bigger, splits, log=lambda _: None)
+
+
+def test_a_damaged_tokenizer_model_is_named_with_the_fix(tmp_path):
+    (tmp_path / "joint.model").write_bytes(b"not a model")
+    with pytest.raises(TokenizerError, match=r"joint.model is not a SentencePiece model \(damaged, or another kind of "
+                                             r"file\); train it again with `attn tokenizer --retrain`$"):
+        Tokenizers.load(tmp_path)

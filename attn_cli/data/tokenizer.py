@@ -24,20 +24,24 @@ class TokenizerError(UserError, ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
 
 
-
-
 class Tokenizer:
     """One SentencePiece model, built from its serialized bytes."""
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, origin: str = "the tokenizer model"):
         self.model_proto = model_proto
-        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        except (RuntimeError, TypeError):  # SentencePiece's own message only says the parse failed
+            raise TokenizerError(f"{origin} is not a SentencePiece model (damaged, or another kind of file)") from None
         if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise TokenizerError("tokenizer model has unexpected special ids; retrain it with `attn tokenizer --retrain`")
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
-        return cls(Path(path).read_bytes())
+        try:
+            return cls(Path(path).read_bytes(), str(path))
+        except TokenizerError as error:
+            raise TokenizerError(f"{error}; train it again with `attn tokenizer --retrain`") from None
 
     @property
     def vocab_size(self) -> int:
