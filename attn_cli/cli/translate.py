@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, stderr, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, Translator, decode_options,
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, Translator, decode_options,
                                      load_for_decoding)
 from attn_cli.errors import UserError
 
@@ -44,6 +44,7 @@ def translate(
     text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate; none reads stdin, one per line."),
     run: Optional[Path] = RunOption,
     checkpoint: Optional[Path] = CheckpointOption,
+    model: Optional[Path] = ModelOption,
     input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Translate this file, one sentence per line."),
     output_file: Optional[Path] = typer.Option(None, "--output", "-o", help="Write translations here instead of stdout."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
@@ -83,10 +84,11 @@ def translate(
       attn translate --sample --temperature 0.8 --top-p 0.9 --n-best 4 "It is raining."
 
       attn translate --show-attention --attention-out attention.png "The cat sleeps."
+
+      attn translate --model exported/en-zh-int8 --input news.en --output news.zh
     """
     # torch: imported when run, not for --help
     from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines, valid_text
-    from attn_cli.training.checkpoint import find_checkpoint
 
     texts = valid_text(text or [], "argument", tell)
     if texts and input_file:
@@ -95,12 +97,15 @@ def translate(
         raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
                         "--input FILE, or pipe lines to stdin")
     lines = read_lines(input_file) if input_file else None
-    loaded = load_for_decoding(find_checkpoint(run, checkpoint), device)
+    loaded = load_for_decoding(run, checkpoint, model, device)
     flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
              "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
              "top_k": top_k, "top_p": top_p, "seed": seed}
     translator = Translator(loaded, decode_options(loaded.config.decode, flags))
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
+    if inspection.wanted and translator.exported:
+        raise UserError("--show-attention and --attention-out need a checkpoint: CTranslate2 does not give "
+                        "attn every layer's attention; use --run or --checkpoint")
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
     try:
         with output_stream(output_file) as out:

@@ -1,4 +1,5 @@
-"""What translate and eval share: the decoding flags, and a checkpoint loaded to translate with them.
+"""What translate and eval share: the decoding flags, and a model (a checkpoint, or a directory
+`attn export` wrote) loaded to translate with them.
 The decoding and training modules (torch) are imported by the functions that use them, so that the
 flags' help answers at once."""
 
@@ -16,12 +17,14 @@ from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
     from attn_cli.decoding.translate import Translation
+    from attn_cli.export.exported import ExportedModel
     from attn_cli.training.checkpoint import Checkpoint
 
 # Decoding flags of both commands; None leaves the checkpoint's config value.
 BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
 BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
+ModelOption = typer.Option(None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2).")
 
 # The flag of each `decode` setting a command can override.
 DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
@@ -43,25 +46,43 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
         raise UserError(error.describe(names)) from None
 
 
-def load_for_decoding(path: Path, device: str) -> Checkpoint:
-    """The checkpoint at `path` on the device that --device names (a bad name is reported as --device's)."""
-    from attn_cli.training.checkpoint import load_checkpoint
+def load_for_decoding(run: Path | None, checkpoint: Path | None, model: Path | None,
+                      device: str) -> Checkpoint | ExportedModel:
+    """The exported model at `model`, or else the checkpoint that --run and --checkpoint pick, on the
+    device that --device names (a bad name is reported as --device's)."""
+    import torch
+
+    from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
     from attn_cli.training.setup import resolve_device
 
-    return load_checkpoint(path, resolve_device(device, "--device"))
+    resolved = resolve_device(device, "--device")
+    if model is None:
+        return load_checkpoint(find_checkpoint(run, checkpoint), resolved)
+    if checkpoint is not None:
+        raise UserError("--model and --checkpoint each name a model; give one of them")
+    from attn_cli.export.exported import load_exported
+
+    return load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=torch.get_num_threads())
 
 
 class Translator:
-    """A loaded checkpoint with the decode options of this command."""
+    """A loaded model with the decode options of this command."""
 
-    def __init__(self, loaded: Checkpoint, options: DecodeConfig):
+    def __init__(self, loaded: Checkpoint | ExportedModel, options: DecodeConfig):
         self.loaded, self.options = loaded, options
+
+    @property
+    def exported(self) -> bool:
+        return not hasattr(self.loaded, "model")
 
     def __call__(self, sentences: Sequence[str], on_batch=None) -> list[Translation]:
         from attn_cli.decoding.translate import translate_sentences
 
         cfg = self.loaded.config
         max_source_tokens = cfg.model.max_positions - 1  # the source's EOS takes one position
+        if self.exported:
+            return translate_sentences(None, self.loaded.tokenizers, sentences, self.options, max_source_tokens,
+                                       cfg.data.tgt_lang, on_batch, search=lambda src: self.loaded.search(src, self.options))
         return translate_sentences(self.loaded.model, self.loaded.tokenizers, sentences, self.options,
                                    max_source_tokens, cfg.data.tgt_lang, on_batch)
 

@@ -57,6 +57,9 @@ class Tokenizer:
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self._sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
 
+    def piece_to_id(self, piece: str) -> int:
+        return self._sp.piece_to_id(piece)
+
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
         return [self._sp.id_to_piece(i) for i in ids]
 

@@ -79,17 +79,25 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
     return parts
 
 
-def translate_sentences(model: Transformer, tokenizers: Tokenizers, sentences: Sequence[str], options: DecodeConfig,
+Search = Callable[[torch.Tensor], list[list[Hypothesis]]]  # (B, S) source ids -> each row's hypotheses, best first
+
+
+def translate_sentences(model: Transformer | None, tokenizers: Tokenizers, sentences: Sequence[str], options: DecodeConfig,
                         max_source_tokens: int, target_language: str = "",
-                        on_batch: Callable[[int, int], None] | None = None) -> list[Translation]:
+                        on_batch: Callable[[int, int], None] | None = None, search: Search | None = None) -> list[Translation]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
     An input of more than `max_source_tokens` tokens is split or truncated as `options.long_inputs`
     says, with a note. An empty (or all-whitespace) line translates to an empty line. After each
-    batch, `on_batch(done, total)` is told how many of the parts to translate are done.
+    batch, `on_batch(done, total)` is told how many of the parts to translate are done. `search`
+    decodes the batches instead of `model`'s own search (an exported model, attn_cli.export).
     """
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
+    if search is None:
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
+        search = lambda src: decode_batch(model, src, options, generator)  # noqa: E731
+    else:
+        device = torch.device("cpu")
     encoded = tokenizers.source.encode([s.strip() for s in sentences])
     parts = [fit_to_length(ids, max_source_tokens, options.long_inputs, tokenizers.source.id_to_piece)
              for ids in encoded]
@@ -101,7 +109,7 @@ def translate_sentences(model: Transformer, tokenizers: Tokenizers, sentences: S
     done = 0
     for positions in token_batches(examples, options.max_tokens, shuffle=False):
         batch = collate([examples[p] for p in positions]).to(device)
-        for index, hypotheses in zip(batch.indices, decode_batch(model, batch.src, options, generator)):
+        for index, hypotheses in zip(batch.indices, search(batch.src)):
             outputs[index] = hypotheses
         done += len(positions)
         if on_batch is not None:

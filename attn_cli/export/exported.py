@@ -1,0 +1,103 @@
+"""A CTranslate2 model directory written by `attn export`, searched with CTranslate2's Translator.
+
+`ExportedModel.search` decodes a batch of source ids as attn's own searches do, so the rest of the
+translation path (long inputs, batching, n-best, output formats) is shared: the same output limits
+per sentence (a * source length + b tokens), padding and BOS never emitted, and hypotheses ranked
+with attn's GNMT length penalty. CTranslate2's own penalty (log P / length^alpha) is a different
+formula, so its beam is asked for raw log-probabilities (`length_penalty=0`) and all of its
+finished hypotheses, which are then ranked here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from attn_cli.config import Config, ConfigError, DecodeConfig, config_from_dict
+from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
+from attn_cli.export.convert import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2
+from attn_cli.vocab import BOS_ID, PAD_ID
+
+
+@dataclass
+class ExportedModel:
+    config: Config
+    tokenizers: Tokenizers
+    translator: Any  # ctranslate2.Translator
+    directory: Path
+    ctranslate2: Any  # the module
+
+    def search(self, src: torch.Tensor, options: DecodeConfig) -> list[list[Hypothesis]]:
+        """The configured search over one batch (B, S) of source ids, each ending in EOS."""
+        sources = [row[row != PAD_ID].tolist() for row in src]
+        limits = [self._limit(len(ids) - 1, options) for ids in sources]  # the EOS is not counted
+        results: list[list[Hypothesis]] = [[] for _ in sources]
+        # CTranslate2 takes one length limit per call: sentences that share one go together.
+        order = sorted(range(len(sources)), key=lambda row: limits[row])
+        for limit, rows in groupby(order, key=lambda row: limits[row]):
+            rows = list(rows)
+            batch = [self.tokenizers.source.id_to_piece(sources[row]) for row in rows]
+            for row, found in zip(rows, self._translate(batch, limit, options)):
+                results[row] = found
+        return results
+
+    def _limit(self, source_length: int, options: DecodeConfig) -> int:
+        limit = int(options.max_len_a * source_length) + options.max_len_b
+        if self.config.model.positions == "learned":
+            limit = min(limit, self.config.model.max_positions - 1)  # where learned target positions end
+        return limit
+
+    def _translate(self, batch: list[list[str]], limit: int, options: DecodeConfig) -> list[list[Hypothesis]]:
+        target = self.tokenizers.target
+        never = [[piece] for piece in target.id_to_piece([PAD_ID, BOS_ID])]
+        searching = dict(beam_size=options.beam_size, num_hypotheses=options.beam_size, length_penalty=0.0)
+        if options.sample:
+            searching = dict(beam_size=1, num_hypotheses=options.n_best, sampling_topk=options.top_k,
+                             sampling_topp=options.top_p, sampling_temperature=options.temperature)
+            if options.seed is not None:
+                self.ctranslate2.set_random_seed(options.seed)
+        elif options.beam_size == 1:
+            searching = dict(beam_size=1, num_hypotheses=1)
+        # One step more than the limit: where attn must end with EOS, CTranslate2 may still add a
+        # token, which is cut off below; the tokens before it are the same.
+        results = self.translator.translate_batch(batch, max_decoding_length=limit + 1, return_scores=True,
+                                                  suppress_sequences=never, **searching)
+        found = []
+        for result in results:
+            hypotheses = []
+            for pieces, log_prob in zip(result.hypotheses, result.scores):
+                ids = [target.piece_to_id(piece) for piece in pieces][:limit]
+                hypotheses.append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty)))
+            hypotheses.sort(key=lambda h: h.score, reverse=True)
+            found.append(hypotheses if options.sample else hypotheses[: options.n_best])
+        return found
+
+
+def is_exported(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / "model.bin").is_file()
+
+
+def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> ExportedModel:
+    """The model `attn export` wrote to `directory`, on "cpu" or "cuda[:N]"."""
+    ctranslate2 = import_ctranslate2()
+    if not is_exported(directory):
+        raise ExportError(f"{directory} is not a model `attn export` wrote (no {CONFIG_FILE} and model.bin); "
+                          f"make one with `attn export --run RUN --output {directory}`")
+    try:
+        config = config_from_dict(yaml.safe_load((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+    except (ConfigError, yaml.YAMLError) as error:
+        raise ExportError(f"{directory / CONFIG_FILE} is damaged: {str(error).splitlines()[0]}") from None
+    tokenizers = Tokenizers.load(directory / TOKENIZER_DIR)
+    kind, _, index = device.partition(":")
+    try:
+        translator = ctranslate2.Translator(str(directory), device=kind, device_index=int(index or 0),
+                                            intra_threads=threads, inter_threads=1)
+    except (RuntimeError, ValueError) as error:
+        raise ExportError(f"CTranslate2 cannot load {directory}: {str(error).splitlines()[0]}") from None
+    return ExportedModel(config, tokenizers, translator, directory, ctranslate2)
