@@ -2,10 +2,12 @@
 
 `ExportedModel.search` decodes a batch of source ids as attn's own searches do, so the rest of the
 translation path (long inputs, batching, n-best, output formats) is shared: the same output limits
-per sentence (a * source length + b tokens), padding and BOS never emitted, and hypotheses ranked
-with attn's GNMT length penalty. CTranslate2's own penalty (log P / length^alpha) is a different
-formula, so its beam is asked for raw log-probabilities (`length_penalty=0`) and all of its
-finished hypotheses, which are then ranked here.
+per sentence (a * source length + b tokens), padding and BOS never emitted, empty translations
+allowed, and hypotheses ranked with attn's GNMT length penalty. CTranslate2's own penalty
+(log P / length^alpha) is a different formula, so its beam is asked for raw log-probabilities
+(`length_penalty=0`) and all of its finished hypotheses, which are then ranked here. Its beam
+stops once beam_size hypotheses have finished, attn's once no live one can beat them: on a
+trained model the two agree (docs/decoding.md).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class ExportedModel:
     translator: Any  # ctranslate2.Translator
     directory: Path
     ctranslate2: Any  # the module
+    open_translator: Any  # () -> a new ctranslate2.Translator of this directory
+    seeded: bool = False
 
     def search(self, src: torch.Tensor, options: DecodeConfig) -> list[list[Hypothesis]]:
         """The configured search over one batch (B, S) of source ids, each ending in EOS."""
@@ -60,23 +64,35 @@ class ExportedModel:
         if options.sample:
             searching = dict(beam_size=1, num_hypotheses=options.n_best, sampling_topk=options.top_k,
                              sampling_topp=options.top_p, sampling_temperature=options.temperature)
-            if options.seed is not None:
+            if options.seed is not None and not self.seeded:
+                # Each Translator's sampling threads draw from generators seeded when it is made.
                 self.ctranslate2.set_random_seed(options.seed)
+                self.translator, self.seeded = self.open_translator(), True
         elif options.beam_size == 1:
-            searching = dict(beam_size=1, num_hypotheses=1)
-        # One step more than the limit: where attn must end with EOS, CTranslate2 may still add a
-        # token, which is cut off below; the tokens before it are the same.
-        results = self.translator.translate_batch(batch, max_decoding_length=limit + 1, return_scores=True,
-                                                  suppress_sequences=never, **searching)
+            searching = dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
+        # A hypothesis that reaches the limit is one attn ends there with a forced EOS: CTranslate2
+        # stops it without one, so it is scored again with that EOS, to rank as in attn. And attn
+        # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
+        results = self.translator.translate_batch(batch, max_decoding_length=limit, min_decoding_length=0,
+                                                  return_scores=True, suppress_sequences=never, **searching)
         found = []
-        for result in results:
+        for source, result in zip(batch, results):
+            rescored = iter(self._log_probs(source, [pieces for pieces in result.hypotheses if len(pieces) >= limit]))
             hypotheses = []
             for pieces, log_prob in zip(result.hypotheses, result.scores):
-                ids = [target.piece_to_id(piece) for piece in pieces][:limit]
+                log_prob = next(rescored) if len(pieces) >= limit else log_prob
+                ids = [target.piece_to_id(piece) for piece in pieces]
                 hypotheses.append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty)))
             hypotheses.sort(key=lambda h: h.score, reverse=True)
             found.append(hypotheses if options.sample else hypotheses[: options.n_best])
         return found
+
+    def _log_probs(self, source: list[str], targets: list[list[str]]) -> list[float]:
+        """The summed log-probability of each target and the EOS after it, given `source`."""
+        if not targets:
+            return []
+        results = self.translator.score_batch([source] * len(targets), targets)
+        return [sum(result.log_probs) for result in results]
 
 
 def is_exported(path: Path) -> bool:
@@ -95,9 +111,13 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> Exp
         raise ExportError(f"{directory / CONFIG_FILE} is damaged: {str(error).splitlines()[0]}") from None
     tokenizers = Tokenizers.load(directory / TOKENIZER_DIR)
     kind, _, index = device.partition(":")
+
+    def open_translator():
+        return ctranslate2.Translator(str(directory), device=kind, device_index=int(index or 0),
+                                      intra_threads=threads, inter_threads=1)
+
     try:
-        translator = ctranslate2.Translator(str(directory), device=kind, device_index=int(index or 0),
-                                            intra_threads=threads, inter_threads=1)
+        translator = open_translator()
     except (RuntimeError, ValueError) as error:
         raise ExportError(f"CTranslate2 cannot load {directory}: {str(error).splitlines()[0]}") from None
-    return ExportedModel(config, tokenizers, translator, directory, ctranslate2)
+    return ExportedModel(config, tokenizers, translator, directory, ctranslate2, open_translator)

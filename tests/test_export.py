@@ -1,0 +1,132 @@
+"""attn export: a CTranslate2 model directory that decodes like attn's own search."""
+
+import shutil
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attn_cli.cli.app import app
+from attn_cli.config import Config, CorpusConfig, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
+from attn_cli.data.tokenizer import train_tokenizers
+from attn_cli.decoding.translate import translate_sentences
+from attn_cli.export.convert import export
+from attn_cli.export.exported import load_exported
+from attn_cli.model import build_model
+
+pytest.importorskip("ctranslate2")
+
+SOURCES = [f"sentence number {i}" for i in range(200)]
+TARGETS = [f"句子{i}号，{chr(0x4E00 + i % 20)}。" for i in range(200)]
+
+
+TESTED = SOURCES[::5] + ["Tom is late, but where is the station?", "Hi.", "a b c d e f g h i j k l m n o p"]
+
+
+def _random_model(model_cfg: ModelConfig, joint: bool):
+    """A config, tokenizers and random weights scaled up so that each input gets its own output."""
+    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=model_cfg,
+                 tokenizer=TokenizerConfig(vocab_size=320 if joint else 300, character_coverage=1.0, joint=joint))
+    tokenizers = train_tokenizers(SOURCES, TARGETS, cfg.tokenizer)
+    torch.manual_seed(0)
+    model = build_model(model_cfg, tokenizers.source.vocab_size, tokenizers.target.vocab_size).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.mul_(3.0)
+    return cfg, tokenizers, model
+
+
+VARIANTS = {
+    "pre-LN, sinusoidal, joint": (dict(norm="pre", positions="sinusoidal"), True),
+    "post-LN, learned, separate": (dict(norm="post", positions="learned", share_embeddings=False), False),
+    "pre-LN, learned, joint": (dict(norm="pre", positions="learned"), True),
+    "post-LN, sinusoidal, separate": (dict(norm="post", positions="sinusoidal", share_embeddings=False), False),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_float32_export_searches_like_attn(tmp_path, variant):
+    settings, joint = VARIANTS[variant]
+    model_cfg = ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                            max_positions=160, **settings)
+    cfg, tokenizers, model = _random_model(model_cfg, joint)
+    export(cfg, tokenizers, model, tmp_path / "exported", "float32")
+    exported = load_exported(tmp_path / "exported", threads=1)
+
+    def both(options):
+        ours = translate_sentences(model, tokenizers, TESTED, options, 63, "zh")
+        theirs = translate_sentences(None, exported.tokenizers, TESTED, options, 63, "zh",
+                                     search=lambda src: exported.search(src, options))
+        return ours, theirs
+
+    short = dict(max_len_a=1.0, max_len_b=5)  # random weights rarely end a sentence: the limits are exercised
+    ours, theirs = both(DecodeConfig(beam_size=1, **short))
+    assert [t.tokens for t in ours] == [t.tokens for t in theirs]
+    # Scores agree where a sentence ended by itself; at the limit attn counts a forced EOS instead.
+    ended = [i for i, t in enumerate(ours) if len(t.outputs[0][0].tokens) < len(t.parts[0]) + short["max_len_b"]]
+    assert [theirs[i].scores[0] for i in ended] == pytest.approx([ours[i].scores[0] for i in ended], abs=1e-3)
+    ours, theirs = both(DecodeConfig(beam_size=4, n_best=2, **short))
+    same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
+    assert same >= 0.95 * len(TESTED), f"{len(TESTED) - same} of {len(TESTED)} beam-4 best hypotheses differ"
+    assert all(len(t.texts) == 2 and t.scores[0] >= t.scores[1] for t in theirs)
+
+
+def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    runner = CliRunner()
+    exported = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "--run", str(run), "--output", str(exported), "--quantization", "float32"])
+    assert result.exit_code == 0, result.output
+    sentences = ["Hello.", "", "Tom is here."]
+    before = runner.invoke(app, ["translate", "--run", str(run), "--format", "jsonl", *sentences])
+    shutil.rmtree(run)
+    after = runner.invoke(app, ["translate", "--model", str(exported), "--format", "jsonl", *sentences])
+    assert before.exit_code == after.exit_code == 0, after.output
+    assert [line for line in after.stdout.splitlines()] and len(after.stdout.splitlines()) == 3
+    assert _texts(after.stdout) == _texts(before.stdout)
+    int8 = runner.invoke(app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output",
+                               str(tmp_path / "int8")])
+    assert int8.exit_code == 2 and "checkpoint not found" in int8.output
+
+
+def _texts(jsonl: str) -> list:
+    import json
+
+    return [[t["tokens"] for t in json.loads(line)["translations"]] for line in jsonl.splitlines()]
+
+
+def test_export_refusals_are_one_line(trained_run, tmp_path, monkeypatch):
+    runner = CliRunner()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine\n")
+    cases = [(["--run", str(trained_run), "--output", str(taken)], "already exists and is not an empty directory"),
+             (["--run", str(tmp_path / "no-run"), "--output", str(tmp_path / "x")], "no checkpoint in"),
+             (["--run", str(trained_run), "--output", str(tmp_path / "y"), "--quantization", "int3"], "is not one CTranslate2 offers")]
+    for args, expected in cases:
+        result = runner.invoke(app, ["export", *args])
+        assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output, result.output
+    assert (taken / "notes.txt").read_text() == "mine\n" and not (tmp_path / "y").exists()
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
+    result = runner.invoke(app, ["export", "--run", str(trained_run), "--output", str(tmp_path / "z")])
+    assert result.exit_code == 2 and 'pip install "attn-cli[ct2]"' in result.output
+    result = runner.invoke(app, ["translate", "--model", str(tmp_path / "z"), "Hello."])
+    assert result.exit_code == 2 and 'pip install "attn-cli[ct2]"' in result.output
+
+
+def test_sampling_with_a_seed_repeats(tmp_path):
+    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
+                                                       decoder_layers=1, dropout=0.0), True)
+    export(cfg, tokenizers, model, tmp_path / "exported", "float32")
+    options = DecodeConfig(sample=True, n_best=3, seed=7, max_len_b=5, max_len_a=1.0)
+
+    def sampled():  # as two runs of attn translate --sample --seed 7 would
+        exported = load_exported(tmp_path / "exported", threads=1)
+        return translate_sentences(None, exported.tokenizers, TESTED[:5], options, 63, "zh",
+                                   search=lambda src: exported.search(src, options))
+
+    first, again = sampled(), sampled()
+    assert [t.tokens for t in first] == [t.tokens for t in again] and all(len(t.texts) == 3 for t in first)
