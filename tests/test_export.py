@@ -48,29 +48,70 @@ VARIANTS = {
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_float32_export_searches_like_attn(tmp_path, variant):
+    """Random weights, scaled up: each input gets its own output, most of them cut at the length limit."""
     settings, joint = VARIANTS[variant]
     model_cfg = ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
                             max_positions=160, **settings)
     cfg, tokenizers, model = _random_model(model_cfg, joint)
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
-
-    def both(options):
+    for options in (DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=5),
+                    DecodeConfig(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=5)):
         ours = translate_sentences(model, tokenizers, TESTED, options, 63, "zh")
         theirs = translate_sentences(None, exported.tokenizers, TESTED, options, 63, "zh",
                                      search=lambda src: exported.search(src, options))
-        return ours, theirs
+        same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
+        assert same >= (len(TESTED) if options.beam_size == 1 else 0.95 * len(TESTED)), \
+            f"beam {options.beam_size}: {len(TESTED) - same} of {len(TESTED)} best hypotheses differ"
+        if options.beam_size == 1:
+            assert [t.scores[0] for t in theirs] == pytest.approx([o.scores[0] for o in ours], abs=1e-3)
+    assert len({tuple(t.tokens[0]) for t in ours}) >= 5, "the outputs must differ from input to input"
 
-    short = dict(max_len_a=1.0, max_len_b=5)  # random weights rarely end a sentence: the limits are exercised
-    ours, theirs = both(DecodeConfig(beam_size=1, **short))
-    assert [t.tokens for t in ours] == [t.tokens for t in theirs]
-    # Scores agree where a sentence ended by itself; at the limit attn counts a forced EOS instead.
-    ended = [i for i, t in enumerate(ours) if len(t.outputs[0][0].tokens) < len(t.parts[0]) + short["max_len_b"]]
-    assert [theirs[i].scores[0] for i in ended] == pytest.approx([ours[i].scores[0] for i in ended], abs=1e-3)
-    ours, theirs = both(DecodeConfig(beam_size=4, n_best=2, **short))
-    same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
-    assert same >= 0.95 * len(TESTED), f"{len(TESTED) - same} of {len(TESTED)} beam-4 best hypotheses differ"
-    assert all(len(t.texts) == 2 and t.scores[0] >= t.scores[1] for t in theirs)
+
+@pytest.fixture(scope="module")
+def post_ln_run(tmp_path_factory):
+    """A tiny trained run with the other choices: post-LN, learned positions, separate vocabularies."""
+    import os
+
+    from conftest import REPO
+
+    run = tmp_path_factory.mktemp("post-ln")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run}",
+                                          "--set", "model.norm=post", "--set", "model.positions=learned",
+                                          "--set", "tokenizer.joint=false", "--set", "model.share_embeddings=false",
+                                          "--set", "tokenizer.vocab_size=1500", "--set", "train.valid_bleu=false",
+                                          "--set", "train.max_steps=30", "--set", "train.valid_every=30"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 0, result.output
+    return run
+
+
+@pytest.mark.parametrize("which", ["trained_run", "post_ln_run"])
+def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, request, which):
+    """Scores too, and beam search: on a trained model padding and BOS have no probability left,
+    so CTranslate2's suppressing them changes nothing (on random weights it renormalises)."""
+    from attn_cli.training.checkpoint import load_checkpoint
+
+    run = request.getfixturevalue(which)
+    loaded = load_checkpoint(run / "checkpoints" / "best.pt")
+    export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32")
+    exported = load_exported(tmp_path / "exported", threads=1)
+    sentences = [line for split in ("test", "valid") for line in (run / "data" / f"{split}.en").read_text().splitlines()]
+    for options in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=2)):
+        ours = translate_sentences(loaded.model, loaded.tokenizers, sentences, options, 255, "zh")
+        theirs = translate_sentences(None, exported.tokenizers, sentences, options, 255, "zh",
+                                     search=lambda src: exported.search(src, options))
+        same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
+        if options.beam_size == 1:
+            assert same == len(sentences)
+            assert [t.scores[0] for t in theirs] == pytest.approx([o.scores[0] for o in ours], abs=1e-3)
+        else:
+            assert same >= 0.95 * len(sentences), f"{len(sentences) - same} of {len(sentences)} best hypotheses differ"
+            assert all(len(t.texts) == 2 and t.scores[0] >= t.scores[1] for t in theirs)
 
 
 def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
@@ -115,6 +156,15 @@ def test_export_refusals_are_one_line(trained_run, tmp_path, monkeypatch):
     assert result.exit_code == 2 and 'pip install "attn-cli[ct2]"' in result.output
     result = runner.invoke(app, ["translate", "--model", str(tmp_path / "z"), "Hello."])
     assert result.exit_code == 2 and 'pip install "attn-cli[ct2]"' in result.output
+
+
+def test_exporting_leaves_the_model_as_it_was(tmp_path):
+    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
+                                                       decoder_layers=1, dropout=0.0), True)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    for quantization in ("int8", "float16", "bfloat16"):
+        export(cfg, tokenizers, model, tmp_path / quantization, quantization)
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
 
 
 def test_sampling_with_a_seed_repeats(tmp_path):

@@ -78,7 +78,8 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
     layers = (len(model.encoder_layers), len(model.decoder_layers))
     spec = specs.TransformerSpec.from_config(layers, config.model.num_heads, pre_norm=config.model.norm == "pre",
                                              activation=ctranslate2.specs.Activation.RELU)
-    weights = {name: tensor.detach().float().cpu().numpy() for name, tensor in model.state_dict().items()}
+    # Copies: CTranslate2 quantizes the arrays it is given in place, and these must not be the model's own.
+    weights = {name: tensor.detach().float().cpu().numpy().copy() for name, tensor in model.state_dict().items()}
     positions = _position_table(model, config)
     _set_stack(spec.encoder, weights, "encoder", "src_embedding", positions, model.d_model, cross=False)
     _set_stack(spec.decoder, weights, "decoder", "tgt_embedding", positions, model.d_model, cross=True)

@@ -17,6 +17,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -24,7 +25,7 @@ from attn_cli.config import Config, ConfigError, DecodeConfig, config_from_dict
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
 from attn_cli.export.convert import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2
-from attn_cli.vocab import BOS_ID, PAD_ID
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass
@@ -71,28 +72,38 @@ class ExportedModel:
         elif options.beam_size == 1:
             searching = dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         # A hypothesis that reaches the limit is one attn ends there with a forced EOS: CTranslate2
-        # stops it without one, so it is scored again with that EOS, to rank as in attn. And attn
+        # stops it without one, so the EOS's log-probability is added, to rank as in attn. And attn
         # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
         results = self.translator.translate_batch(batch, max_decoding_length=limit, min_decoding_length=0,
                                                   return_scores=True, suppress_sequences=never, **searching)
         found = []
         for source, result in zip(batch, results):
-            rescored = iter(self._log_probs(source, [pieces for pieces in result.hypotheses if len(pieces) >= limit]))
+            at_limit = [pieces for pieces in result.hypotheses if len(pieces) >= limit]
+            forced_eos = iter(self._eos_log_probs(source, at_limit, limit))
             hypotheses = []
             for pieces, log_prob in zip(result.hypotheses, result.scores):
-                log_prob = next(rescored) if len(pieces) >= limit else log_prob
+                if len(pieces) >= limit:
+                    log_prob += next(forced_eos)
                 ids = [target.piece_to_id(piece) for piece in pieces]
                 hypotheses.append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty)))
             hypotheses.sort(key=lambda h: h.score, reverse=True)
             found.append(hypotheses if options.sample else hypotheses[: options.n_best])
         return found
 
-    def _log_probs(self, source: list[str], targets: list[list[str]]) -> list[float]:
-        """The summed log-probability of each target and the EOS after it, given `source`."""
-        if not targets:
+    def _eos_log_probs(self, source: list[str], prefixes: list[list[str]], limit: int) -> list[float]:
+        """log P(EOS) after each prefix, from the distribution attn draws from: padding and BOS
+        taken out, the rest renormalised."""
+        if not prefixes:
             return []
-        results = self.translator.score_batch([source] * len(targets), targets)
-        return [sum(result.log_probs) for result in results]
+        results = self.translator.translate_batch([source] * len(prefixes), target_prefix=prefixes, beam_size=1,
+                                                  max_decoding_length=limit + 1, return_logits_vocab=True)
+        found = []
+        for result in results:
+            logits = np.array(result.logits[0][-1], dtype=np.float64)  # the step after the prefix
+            logits[[PAD_ID, BOS_ID]] = -np.inf
+            top = logits.max()
+            found.append(float(logits[EOS_ID] - top - np.log(np.exp(logits - top).sum())))
+        return found
 
 
 def is_exported(path: Path) -> bool:
