@@ -155,6 +155,7 @@ class DataConfig:
     max_target_tokens: int = 128
     max_length_ratio: float = 4.0  # drop training pairs whose token lengths differ more than this
     strict: bool = False  # malformed lines are an error instead of being skipped and reported
+    cache_dir: Optional[str] = None  # where the tokenized training data is kept; null: RUN/data/prepared
 
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.split_seed", self.split_seed)  # before the general check: its own range is narrower

@@ -34,6 +34,10 @@ class RunPaths:
     def data_dir(self) -> Path:
         return self.root / "data"  # the valid and test splits as plain text, one sentence per line
 
+    @property
+    def prepared_dir(self) -> Path:
+        return self.data_dir / "prepared"  # the training data tokenized once (attn_cli/data/prepared.py)
+
     def split_file(self, split: str, language: str) -> Path:
         return self.data_dir / f"{split}.{language}"
 

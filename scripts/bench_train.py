@@ -70,7 +70,8 @@ from attn_cli.model import Transformer, build_model  # noqa: E402
 from attn_cli.training.precision import Precision  # noqa: E402
 from attn_cli.data.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from attn_cli.training.setup import encode_examples, inverse_sqrt_schedule  # noqa: E402
+from attn_cli.data.prepare import encode_pairs  # noqa: E402
+from attn_cli.training.setup import inverse_sqrt_schedule  # noqa: E402
 from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
 from attn_cli.training.step import TrainingObjective, TrainingStep, adamw  # noqa: E402
 
@@ -263,7 +264,7 @@ def tatoeba_examples(args: argparse.Namespace):
         tokenizers = train_or_load_tokenizers(cfg, splits, print)
     finally:
         os.chdir(cwd)
-    examples = encode_examples(splits.train, tokenizers)
+    examples = encode_pairs(splits.train, tokenizers)
     examples, _ = filter_by_length(examples, cfg.data.max_source_tokens, cfg.data.max_target_tokens,
                                    cfg.data.max_length_ratio)
     return cfg, examples, tokenizers.source.vocab_size

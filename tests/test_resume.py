@@ -83,19 +83,21 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
     from attn_cli.data.corpus import DataError
     from attn_cli.training import setup
 
-    def corpus_gone(cfg, log):
-        raise DataError("corpus gone")
+    def data_gone(*args, **kwargs):
+        raise DataError("data gone")
 
     config_before = (resumed / "config.yaml").read_bytes()
     with monkeypatch.context() as failing:
-        failing.setattr(setup, "read_splits", corpus_gone)
+        failing.setattr(setup, "prepare_data", data_gone)
         failed = train(resumed, "--resume", "--set", "train.max_steps=30")
-    assert failed.exit_code == 2 and "corpus gone" in failed.output
+    assert failed.exit_code == 2 and "data gone" in failed.output
     assert (resumed / "config.yaml").read_bytes() == config_before
     with (resumed / "metrics.jsonl").open("a") as log:
         log.write('{"step": 20, "valid_lo')
 
-    second = train(resumed, "--resume", "--set", "train.max_steps=30")
+    with monkeypatch.context() as prepared_once:  # the resume trains on the data prepared at the start
+        prepared_once.setattr(setup, "read_splits", data_gone)
+        second = train(resumed, "--resume", "--set", "train.max_steps=30")
     assert second.exit_code == 0, second.output
     assert "resume: train.max_steps: 15 -> 30" in second.output
 

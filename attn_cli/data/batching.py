@@ -7,6 +7,7 @@ a length-bucketed batcher can manage.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -73,7 +74,7 @@ def collate(examples: list[Example]) -> Batch:
                  indices=[e.index for e in examples])
 
 
-def token_batches(examples: list[Example], max_tokens: int, shuffle: bool, seed: int = 0,
+def token_batches(examples: Sequence[Example], max_tokens: int, shuffle: bool, seed: int = 0,
                   epoch: int = 0) -> list[list[int]]:
     """Positions into `examples`, grouped into length-bucketed batches of at most `max_tokens`.
 
@@ -82,23 +83,31 @@ def token_batches(examples: list[Example], max_tokens: int, shuffle: bool, seed:
     broken and batches are ordered by a generator seeded from (seed, epoch): repeatable, yet
     different every epoch.
     """
+    src_lengths, tgt_lengths = _lengths(examples)
     rng = random.Random(seed * 1000003 + epoch)
-    tie_break = [rng.random() for _ in examples] if shuffle else list(range(len(examples)))
-    order = sorted(range(len(examples)),
-                   key=lambda i: (len(examples[i].src) + 1, len(examples[i].tgt) + 1, tie_break[i]))
-    batches = _cut_by_budget(examples, order, max_tokens)
+    tie_break = [rng.random() for _ in range(len(src_lengths))] if shuffle else list(range(len(src_lengths)))
+    order = sorted(range(len(src_lengths)), key=lambda i: (src_lengths[i], tgt_lengths[i], tie_break[i]))
+    batches = _cut_by_budget(src_lengths, tgt_lengths, order, max_tokens)
     if shuffle:
         rng.shuffle(batches)
     return batches
 
 
-def _cut_by_budget(examples: list[Example], order: list[int], max_tokens: int) -> list[list[int]]:
+def _lengths(examples: Sequence[Example]) -> tuple[list[int], list[int]]:
+    """Each example's source and target length, EOS or BOS included; from the length arrays of
+    memory-mapped pairs (attn_cli/data/prepared.py) without reading their tokens."""
+    if hasattr(examples, "src_lengths"):
+        return (examples.src_lengths + 1).tolist(), (examples.tgt_lengths + 1).tolist()
+    return [len(e.src) + 1 for e in examples], [len(e.tgt) + 1 for e in examples]
+
+
+def _cut_by_budget(src_lengths: list[int], tgt_lengths: list[int], order: list[int], max_tokens: int) -> list[list[int]]:
     """Consecutive runs of `order` whose padded size stays within `max_tokens`."""
     batches: list[list[int]] = []
     batch: list[int] = []
     longest = 0
     for position in order:
-        length = max(len(examples[position].src), len(examples[position].tgt)) + 1
+        length = max(src_lengths[position], tgt_lengths[position])
         if batch and (len(batch) + 1) * max(longest, length) > max_tokens:
             batches.append(batch)
             batch, longest = [], 0

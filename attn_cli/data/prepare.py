@@ -1,4 +1,5 @@
-"""Turn a config into what training needs: the corpus split three ways and the tokenizers.
+"""Turn a config into what training needs: the corpus split three ways, the tokenizers, and the
+training pairs tokenized and filtered, prepared once (attn_cli/data/prepared.py).
 
 The valid and test splits are written into the run directory as plain text, so `attn eval` and
 anyone else can score against exactly the sentences the model never trained on.
@@ -6,11 +7,13 @@ anyone else can score against exactly the sentences the model never trained on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from attn_cli.config import Config, ConfigError
-from attn_cli.data.corpus import ReadReport, Splits, load_splits
+from attn_cli.data.batching import Example, filter_by_length
+from attn_cli.data.corpus import Pair, ReadReport, Splits, load_splits
+from attn_cli.data.prepared import PreparedData, TokenizedPairs, entry_name, open_prepared, save_prepared
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
 from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
@@ -18,14 +21,8 @@ from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 Log = Callable[[str], None]
 
 
-@dataclass
-class Prepared:
-    splits: Splits
-    tokenizers: Tokenizers
-
-
-def read_splits(cfg: Config, log: Log = print) -> Splits:
-    report = ReadReport()
+def read_splits(cfg: Config, log: Log = print, report: ReadReport | None = None) -> Splits:
+    report = report if report is not None else ReadReport()
     splits = load_splits(cfg.data, report)
     if report.skipped:
         log(report.summary())
@@ -33,13 +30,73 @@ def read_splits(cfg: Config, log: Log = print) -> Splits:
     return splits
 
 
-def write_splits(cfg: Config, splits: Splits) -> None:
+def write_splits(cfg: Config, splits: Splits | PreparedData) -> None:
     paths = RunPaths.of(cfg.run_dir)
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     for name, pairs in (("valid", splits.valid), ("test", splits.test)):
         for side, language in enumerate((cfg.data.src_lang, cfg.data.tgt_lang)):
             text = "".join(pair[side].replace("\n", " ") + "\n" for pair in pairs)
             write_whole(paths.split_file(name, language), text)
+
+
+def cache_dir(cfg: Config) -> Path:
+    """Where prepared data is kept: data.cache_dir, shared by the runs that name it, or the run's own."""
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else RunPaths.of(cfg.run_dir).prepared_dir
+
+
+def saved_tokenizers(cfg: Config, log: Log = print) -> Tokenizers | None:
+    """The run's tokenizer, when it has one (a restart, `attn tokenizer`): found without reading the corpus."""
+    directory = RunPaths.of(cfg.run_dir).tokenizer_dir
+    if not Tokenizers.exists(directory):
+        return None
+    tokenizers = Tokenizers.load(directory)
+    _check_reused(tokenizers, cfg, directory)
+    log(f"tokenizer: reusing {directory}")
+    return tokenizers
+
+
+def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: Splits | None = None) -> PreparedData:
+    """The prepared training data for this config and tokenizer: opened when an earlier start
+    prepared it, else read (unless `splits` are given), tokenized, filtered and saved. The run's
+    valid and test files are written from it."""
+    name = entry_name(cfg.data, tokenizers)
+    prepared = open_prepared(cache_dir(cfg), name)
+    if prepared is not None:
+        log(f"data: reusing {prepared.directory} ({_describe(prepared.stats)})")
+    else:
+        report = ReadReport()
+        splits = splits if splits is not None else read_splits(cfg, log, report)
+        train, dropped = filter_by_length(encode_pairs(splits.train, tokenizers), cfg.data.max_source_tokens,
+                                          cfg.data.max_target_tokens, cfg.data.max_length_ratio)
+        if dropped:
+            log(f"length filter: dropped {dropped:,} of {len(splits.train):,} training pairs")
+        stats = {"training_pairs_read": len(splits.train), "dropped_by_length": dropped, "training_pairs": len(train),
+                 "valid_pairs": len(splits.valid), "test_pairs": len(splits.test), "skipped_lines": len(report.skipped)}
+        prepared = save_prepared(cache_dir(cfg), name, TokenizedPairs.from_examples(train), splits.valid, splits.test, stats)
+        log(f"data: prepared in {prepared.directory}")
+    write_splits(cfg, prepared)
+    return prepared
+
+
+def open_data(cfg: Config, tokenizers: Tokenizers) -> PreparedData:
+    """The data another process prepared for this config and tokenizer (torchrun ranks after rank 0)."""
+    prepared = open_prepared(cache_dir(cfg), entry_name(cfg.data, tokenizers))
+    if prepared is None:
+        raise ConfigError(f"no prepared data in {cache_dir(cfg)} for this config; rank 0 should have written it",
+                          "data.cache_dir")
+    return prepared
+
+
+def _describe(stats: dict) -> str:
+    return (f"{stats['training_pairs']:,} training pairs after the length filters, {stats['valid_pairs']:,} validation, "
+            f"{stats['test_pairs']:,} test")
+
+
+def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers) -> list[Example]:
+    """Token ids of each (source, target) pair, numbered in corpus order."""
+    sources = tokenizers.source.encode([p[0] for p in pairs])
+    targets = tokenizers.target.encode([p[1] for p in pairs])
+    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
 
 def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retrain: bool = False) -> Tokenizers:
@@ -68,9 +125,3 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
         raise ConfigError(f"{directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
                           f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
                           f"run `attn tokenizer --retrain` with this config, or use another run_dir", "tokenizer")
-
-
-def prepare(cfg: Config, log: Log = print) -> Prepared:
-    splits = read_splits(cfg, log)
-    write_splits(cfg, splits)
-    return Prepared(splits, train_or_load_tokenizers(cfg, splits, log))

@@ -14,9 +14,11 @@ from typing import Optional
 import torch
 
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, config_to_yaml
-from attn_cli.data.batching import Example, filter_by_length
-from attn_cli.data.corpus import DataError, Pair, Splits
-from attn_cli.data.prepare import prepare, read_splits, write_splits
+from attn_cli.data.batching import Example
+from attn_cli.data.corpus import DataError
+from attn_cli.data.prepare import (encode_pairs, open_data, prepare_data, read_splits, saved_tokenizers,
+                                   train_or_load_tokenizers)
+from attn_cli.data.prepared import PreparedData, TokenizedPairs, remove_unfinished
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import remove_stale_temporaries, write_whole
 from attn_cli.model import Transformer
@@ -64,13 +66,6 @@ def dropout_seed(seed: int, rank: int) -> int:
     """The seed of process `rank`'s random streams once the model is built: each process draws its
     own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
     return seed * 1000003 + rank
-
-
-def encode_examples(pairs, tokenizers: Tokenizers) -> list[Example]:
-    """Token ids of each (source, target) pair, numbered in corpus order."""
-    sources = tokenizers.source.encode([p[0] for p in pairs])
-    targets = tokenizers.target.encode([p[1] for p in pairs])
-    return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
 
 def _refuse_to_overwrite(paths: RunPaths) -> None:
@@ -133,9 +128,9 @@ class TrainingSetup:
     paths: RunPaths
     device: torch.device
     tokenizers: Tokenizers
-    train_examples: list[Example]  # those the length filters kept
+    train_examples: TokenizedPairs  # those the length filters kept, memory-mapped
     valid_examples: list[Example]  # those the model can embed whole, for the validation loss
-    valid_pairs: list[Pair]  # the validation split's texts, for BLEU
+    valid_pairs: list[tuple[str, str]]  # the validation split's texts, for BLEU
     model: Transformer  # the plain module, the one saved and decoded with
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -161,8 +156,11 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
         _prepare_run_dir(paths, resumed)
 
     set_seed(cfg.train.seed)
-    splits, tokenizers = _splits_and_tokenizers(cfg, resumed, display, ranks)
-    train_examples, valid_examples = _encode_splits(cfg, splits, tokenizers, display)
+    prepared, tokenizers = _data_and_tokenizers(cfg, resumed, display, ranks)
+    if not len(prepared.train):
+        raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
+                        "data.max_target_tokens or data.max_length_ratio")
+    valid_examples = _valid_examples(cfg, prepared, tokenizers)
 
     set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
     model = (resumed.model.to(device) if resumed is not None else
@@ -181,7 +179,7 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     update = TrainingStep(model, objective, optimizer, scheduler, scaler, precision, device, cfg.train.clip_norm,
                           ranks, replica)
     stopping = cfg.train.early_stopping
-    setup = TrainingSetup(cfg, display, ranks, paths, device, tokenizers, train_examples, valid_examples, splits.valid,
+    setup = TrainingSetup(cfg, display, ranks, paths, device, tokenizers, prepared.train, valid_examples, prepared.valid,
                           model, optimizer, scheduler, scaler, precision, update,
                           NonfiniteGuard(cfg.train.max_nonfinite_steps),
                           EarlyStopping(stopping.metric, stopping.patience) if stopping else None)
@@ -212,47 +210,39 @@ def _prepare_run_dir(paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
     # write cut short by a kill left behind.
     for directory in (paths.root, paths.checkpoint_dir, paths.tokenizer_dir, paths.data_dir):
         remove_stale_temporaries(directory)
+    remove_unfinished(paths.prepared_dir)
     if resumed is not None:
         _keep_metrics_up_to(paths.metrics_log, resumed.step)
     else:
         paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
 
-def _splits_and_tokenizers(cfg: Config, resumed: Optional[Checkpoint], display: TrainingDisplay,
-                           ranks: Ranks) -> tuple[Splits, Tokenizers]:
-    """The corpus splits and the tokenizers. A resumed run keeps its checkpoint's tokenizers, the ones
-    its weights were trained with; for a new run rank 0 trains them and sends them to the others."""
-    if resumed is not None:
+def _data_and_tokenizers(cfg: Config, resumed: Optional[Checkpoint], display: TrainingDisplay,
+                         ranks: Ranks) -> tuple[PreparedData, Tokenizers]:
+    """The prepared training data and the tokenizers. A resumed run keeps its checkpoint's
+    tokenizers, the ones its weights were trained with, and a restarted one its saved tokenizer:
+    neither reads the corpus again when its data was prepared before. Rank 0 prepares, and the
+    other processes open what it wrote."""
+    if not ranks.is_main:
+        state = ranks.from_main(None)  # sent once rank 0 has prepared the data
+        tokenizers = resumed.tokenizers if resumed is not None else Tokenizers.from_state(state)
+        return open_data(cfg, tokenizers), tokenizers
+    tokenizers = resumed.tokenizers if resumed is not None else saved_tokenizers(cfg, display.log)
+    splits = None
+    if tokenizers is None:
         splits = read_splits(cfg, display.log)
-        if ranks.is_main:
-            write_splits(cfg, splits)
-        return splits, resumed.tokenizers
-    if ranks.is_main:
-        prepared = prepare(cfg, display.log)
-        ranks.from_main(prepared.tokenizers.to_state())
-        return prepared.splits, prepared.tokenizers
-    # Every process reads the corpus; rank 0 alone trains the tokenizer, and sends it.
-    splits = read_splits(cfg, display.log)
-    return splits, Tokenizers.from_state(ranks.from_main(None))
+        tokenizers = train_or_load_tokenizers(cfg, splits, display.log)
+    prepared = prepare_data(cfg, tokenizers, display.log, splits)
+    ranks.from_main(tokenizers.to_state())
+    return prepared, tokenizers
 
 
-def _encode_splits(cfg: Config, splits: Splits, tokenizers: Tokenizers,
-                   display: TrainingDisplay) -> tuple[list[Example], list[Example]]:
-    """The training examples the length filters keep, and the validation examples whose every token
-    the model can embed (the validation loss needs them all)."""
-    encoded = encode_examples(splits.train, tokenizers)
-    train_examples, dropped = filter_by_length(encoded, cfg.data.max_source_tokens,
-                                               cfg.data.max_target_tokens, cfg.data.max_length_ratio)
-    if dropped:
-        display.log(f"length filter: dropped {dropped:,} of {len(encoded):,} training pairs")
-    if not train_examples:
-        raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
-                         "data.max_target_tokens or data.max_length_ratio")
+def _valid_examples(cfg: Config, prepared: PreparedData, tokenizers: Tokenizers) -> list[Example]:
+    """The validation examples whose every token the model can embed (the validation loss needs them all)."""
     # Learned positions end at model.max_positions.
     position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
-    valid_examples = [e for e in encode_examples(splits.valid, tokenizers)
-                      if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
-    return train_examples, valid_examples
+    return [e for e in encode_pairs(prepared.valid, tokenizers)
+            if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
 
 
 def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
