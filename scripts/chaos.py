@@ -586,26 +586,37 @@ def concurrent_check(workdir: Path, reference: Reference, steps: int) -> Concurr
 
 # -- a full disk ----------------------------------------------------------------------------------
 
+@dataclass
+class DiskFullCase:
+    """A filesystem with `room` for part of a run: the write after that part fills it up."""
+    room: str  # what fits, in words
+    size: int  # bytes
+    kept_step: Optional[int] = None  # the step of the last.pt that must survive the failed save
+
+
 def pages(path: Path) -> int:
     """The tmpfs pages the files under `path` (or the file itself) take."""
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     return sum(-(-p.stat().st_size // PAGE) for p in files)
 
 
-def disk_full_cases(reference: Reference) -> list[tuple[str, int]]:
-    """What fills the disk up, and the size (bytes) of a filesystem that it fills: each size holds
-    what the run writes before that file, and not that file."""
+def disk_full_cases(reference: Reference) -> list[DiskFullCase]:
+    """Filesystems that fill up at each kind of file a run writes, sized by the reference's files
+    (the error then names the file that did not fit)."""
     run = reference.run_dir
     lock = pages(run / ".lock")
     config = lock + pages(run / "config.yaml")
     splits = config + pages(run / "data")
     tokenizer = splits + pages(run / "tokenizer")
     checkpoint = pages(run / "checkpoints" / "last.pt")
-    # After the first validation: metrics.jsonl, last.pt, best.pt and step-N.pt; the second
-    # validation's last.pt does not fit beside them.
+    # The first validation writes its metrics line, last.pt, best.pt and step-N.pt; the second
+    # one's last.pt does not fit beside them.
     first_validation = tokenizer + pages(run / "metrics.jsonl") + 3 * checkpoint + checkpoint // 2
-    return [("the config", lock), ("the split files", config + 1), ("the tokenizer", splits + 1),
-            ("the first metrics line", tokenizer), ("a checkpoint", first_validation)]
+    return [DiskFullCase("the lock file", lock * PAGE),
+            DiskFullCase("config.yaml and a page", (config + 1) * PAGE),
+            DiskFullCase("the split files and a page", (splits + 1) * PAGE),
+            DiskFullCase("all before the first metrics line", tokenizer * PAGE),
+            DiskFullCase("the first validation's files", first_validation * PAGE, kept_step=reference.steps[0])]
 
 
 def mount(*args: str) -> Optional[str]:
@@ -614,49 +625,50 @@ def mount(*args: str) -> Optional[str]:
         done = subprocess.run(list(args), capture_output=True, text=True)
     except FileNotFoundError:
         return f"{args[0]} is not installed"
-    return None if done.returncode == 0 else (done.stderr.strip() or f"{args[0]} exited with {done.returncode}")
+    if done.returncode == 0:
+        return None
+    return done.stderr.strip().splitlines()[0] if done.stderr.strip() else f"{args[0]} exited with {done.returncode}"
 
 
 @dataclass
 class DiskFullResult:
-    filled_by: str
-    size: int
+    case: str
     returncode: int
     error: str
-    checkpoints_left: dict[str, int]
+    checkpoints_left: dict[str, int]  # name -> step
     next_run: str
     problems: list[str]
 
 
-def disk_full_case(case_dir: Path, filled_by: str, size: int, reference: Reference, steps: int) -> DiskFullResult:
-    """Train on a tmpfs of `size` bytes, check the failure and what it left, then give the
-    filesystem room and run again: that run must end equal to the reference."""
+def disk_full_case(case_dir: Path, case: DiskFullCase, reference: Reference, steps: int) -> DiskFullResult:
+    """Train on a tmpfs of the case's size, check the failure and what it left, then give the
+    filesystem room and run again: that run must end equal to the reference, so it reused nothing
+    half-written."""
+    described = f"room for {case.room} ({case.size // 1024} KiB)"
     mount_point = case_dir / "filesystem"
     mount_point.mkdir(parents=True)
-    why_not = mount("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point))
+    why_not = mount("mount", "-t", "tmpfs", "-o", f"size={case.size}", "tmpfs", str(mount_point))
     if why_not:
-        return DiskFullResult(filled_by, size, 0, "", {}, "", [f"SKIPPED: cannot mount a tmpfs: {why_not}"])
+        return DiskFullResult(described, 0, "", {}, "", [f"SKIPPED: cannot mount a tmpfs: {why_not}"])
     try:
         run_dir = mount_point / "run"
         full = run_attn(train_args(run_dir, steps), case_dir, "full")
-        error = full.error(run_dir)
         left = inspect_run(run_dir)
-        problems = full.error_problems()
-        problems += consistency_problems(left, reference, finished=False)
+        problems = full.error_problems() + consistency_problems(left, reference, finished=False)
         if left.temporaries:
             problems.append(f"temporary files left: {left.temporaries}")
-        if filled_by == "a checkpoint" and left.step("last.pt") != reference.steps[0]:
-            problems.append(f"last.pt of step {left.step('last.pt')}, not the previous one ({reference.steps[0]})")
+        if case.kept_step is not None and left.step("last.pt") != case.kept_step:
+            problems.append(f"last.pt of step {left.step('last.pt')}, not the previous one ({case.kept_step})")
         mount("mount", "-o", f"remount,size={LARGE_FILESYSTEM}", str(mount_point))
         resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").is_file() else []
         again = run_attn(train_args(run_dir, steps) + resume, case_dir, "again")
-        next_run = f"{'--resume' if resume else 'a new run'}: exit {again.returncode}"
         if again.returncode != 0:
             problems.append(f"the next run failed: {again.last_line()}")
         else:
             problems += [f"the next run: {d}" for d in reference.differences(inspect_run(run_dir))]
-        return DiskFullResult(filled_by, size, full.returncode, error,
-                              {name: c.step for name, c in left.checkpoints.items()}, next_run, problems)
+        return DiskFullResult(described, full.returncode, full.error(run_dir),
+                              {name: c.step for name, c in left.checkpoints.items()},
+                              f"{'--resume' if resume else 'a new run'}: exit {again.returncode}", problems)
     finally:
         mount("umount", str(mount_point))
 
@@ -672,12 +684,12 @@ def full_device_checks(case_dir: Path, reference: Reference) -> list[DiskFullRes
         finished = run_attn(["translate", "--checkpoint", checkpoint, "Hello."], case_dir, "stdout", stdout=system_full)
         results.append(_device_result("stdout on /dev/full", finished, system_full))
     else:
-        results.append(DiskFullResult("stdout on /dev/full", 0, 0, "", {}, "", ["SKIPPED: no /dev/full here"]))
+        results.append(DiskFullResult("stdout on /dev/full", 0, "", {}, "", ["SKIPPED: no /dev/full here"]))
     device = case_dir / "full"
     try:
         os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # the numbers of /dev/full
     except OSError as error:
-        results.append(DiskFullResult("--output on a full device", 0, 0, "", {}, "",
+        results.append(DiskFullResult("--output on a full device", 0, "", {}, "",
                                       [f"SKIPPED: cannot make a device node: {error.strerror}"]))
         return results
     finished = run_attn(["translate", "--checkpoint", checkpoint, "--output", str(device), "Hello."], case_dir,
@@ -686,21 +698,20 @@ def full_device_checks(case_dir: Path, reference: Reference) -> list[DiskFullRes
     return results
 
 
-def _device_result(filled_by: str, finished: Finished, device: Path) -> DiskFullResult:
+def _device_result(case: str, finished: Finished, device: Path) -> DiskFullResult:
     problems = finished.error_problems()
     if not device.is_char_device():
         problems.append(f"{device} was replaced: it is no longer a device")
-    return DiskFullResult(filled_by, 0, finished.returncode, finished.error(device.parent), {}, "", problems)
+    return DiskFullResult(case, finished.returncode, finished.error(device.parent), {}, "", problems)
 
 
 def disk_full_checks(workdir: Path, reference: Reference, steps: int) -> list[DiskFullResult]:
     print("\n## A full disk\n")
-    print("| filled up by | exit | error | checkpoints left | next run, with room | result |")
+    print("| filesystem or device | exit | error | checkpoints left | next run, with room | result |")
     print("|---|---|---|---|---|---|", flush=True)
     results = []
-    for number, (filled_by, size_pages) in enumerate(disk_full_cases(reference), 1):
-        results.append(disk_full_case(workdir / "disk-full" / f"case-{number}", filled_by, size_pages * PAGE,
-                                      reference, steps))
+    for number, case in enumerate(disk_full_cases(reference), 1):
+        results.append(disk_full_case(workdir / "disk-full" / f"case-{number}", case, reference, steps))
         _print_disk_full(results[-1])
     for result in full_device_checks(workdir / "disk-full", reference):
         results.append(result)
@@ -709,16 +720,19 @@ def disk_full_checks(workdir: Path, reference: Reference, steps: int) -> list[Di
 
 
 def _print_disk_full(result: DiskFullResult) -> None:
-    skipped = result.problems and result.problems[0].startswith("SKIPPED")
-    what = f"{result.filled_by} ({result.size // 1024} KiB tmpfs)" if result.size else result.filled_by
+    if skipped(result):
+        print(f"| {result.case} | | | | | {result.problems[0]} |", flush=True)
+        return
     left = ", ".join(f"{name} (step {step})" for name, step in sorted(result.checkpoints_left.items())) or "none"
-    outcome = result.problems[0] if skipped else "ok" if not result.problems else "FAIL: " + "; ".join(result.problems)
-    print(f"| {what} | {'' if skipped else result.returncode} | {result.error} | {'' if skipped else left} | "
-          f"{result.next_run} | {outcome} |", flush=True)
+    outcome = "ok" if not result.problems else "FAIL: " + "; ".join(result.problems)
+    print(f"| {result.case} | {result.returncode} | {result.error} | {left} | {result.next_run} | {outcome} |",
+          flush=True)
 
 
-def failed(result) -> bool:
-    return any(not problem.startswith("SKIPPED") for problem in result.problems)
+def skipped(result: DiskFullResult) -> bool:
+    return bool(result.problems) and result.problems[0].startswith("SKIPPED")
+
+
 
 
 # -- the whole --------------------------------------------------------------------------------------
@@ -739,10 +753,11 @@ def summarize(trials: list[TrialResult], planted: list[PlantedResult], concurren
         "planted_cases": len(planted),
         "concurrent_ok": None if concurrent is None else not concurrent.problems,
         "disk_full_ok": sum(not r.problems for r in disk_full),
-        "disk_full_skipped": sum(bool(r.problems) and not failed(r) for r in disk_full),
+        "disk_full_skipped": sum(skipped(r) for r in disk_full),
         "disk_full_cases": len(disk_full),
         "failures": sum(bool(t.problems) for t in trials) + sum(bool(p.problems) for p in planted)
-                    + (1 if concurrent is not None and concurrent.problems else 0) + sum(failed(r) for r in disk_full),
+                    + (1 if concurrent is not None and concurrent.problems else 0)
+                    + sum(bool(r.problems) and not skipped(r) for r in disk_full),
     }
 
 
