@@ -1,9 +1,9 @@
 """Chaos trials: kill -9 a tiny training run at random moments, resume it, and check that nothing was lost.
 
 Each trial trains the built-in tiny config into a fresh run directory and kills it with SIGKILL at a
-random moment: at a time drawn uniformly over the wall time of an unbroken reference run (setup
-included), or, every third trial, while a checkpoint file of a randomly chosen validation is being
-saved (the moment its temporary file appears). After the kill it checks that every checkpoint loads,
+random moment: at a time drawn uniformly from the start of an unbroken reference run (setup
+included) to the end of its last save, or, every third trial, while a checkpoint file of a randomly
+chosen validation is being saved (the moment its temporary file appears). After the kill it checks that every checkpoint loads,
 every metrics line parses and no checkpoint lacks the metrics line of its step; then it continues the
 run (`attn train --resume`, or a new `attn train` into the same directory when no last.pt was
 published yet) and checks that the finished run equals the reference bitwise: every checkpoint's
@@ -239,7 +239,8 @@ RESUME_STATE = ("optimizer", "scheduler", "grad_scaler", "rng_by_rank", "batches
 class Reference:
     """The unbroken run every other run must end equal to."""
     run_dir: Path
-    seconds: float  # its wall time, setup included: the range of the timed kills
+    seconds: float  # its wall time
+    last_save: float  # seconds from its start to the end of its last save: the range of the timed kills
     state: RunState
 
     @property
@@ -310,13 +311,17 @@ def consistency_problems(state: RunState, reference: Reference, finished: bool) 
 
 def train_reference(workdir: Path, steps: int) -> Reference:
     run_dir = workdir / "reference" / "run"
+    started = time.time()
     finished = run_attn(train_args(run_dir, steps), run_dir.parent, "train")
     if finished.returncode != 0:
         raise SystemExit(f"the reference run failed:\n{finished.output}")
     state = inspect_run(run_dir)
     if state.unloadable or state.unparseable or "last.pt" not in state.checkpoints:
         raise SystemExit(f"the reference run left a broken run directory: {state.unloadable + state.unparseable}")
-    return Reference(run_dir, finished.seconds, state)
+    # A save renames its finished file into place, so the newest checkpoint's time is when the last
+    # save ended; after it the run only exits, and a kill drawn there would mostly find it gone.
+    last_save = max(path.stat().st_mtime for path in (run_dir / "checkpoints").glob("*.pt")) - started
+    return Reference(run_dir, finished.seconds, last_save, state)
 
 
 # -- kill -9 trials -------------------------------------------------------------------------------
@@ -335,14 +340,14 @@ class KillMoment:
 
 def plan_moments(rng: random.Random, trials: int, reference: Reference) -> list[KillMoment]:
     """Every third trial kills during a save (a random file of a random validation), the others at a
-    uniformly random time of the reference's wall time."""
+    uniformly random time between the start and the end of the reference's last save."""
     moments = []
     for number in range(1, trials + 1):
         if number % 3 == 0:
             step = rng.choice(reference.steps)
             moments.append(KillMoment(step=step, file=rng.choice(reference.saves_at(step))))
         else:
-            moments.append(KillMoment(seconds=round(rng.uniform(0, reference.seconds), 2)))
+            moments.append(KillMoment(seconds=round(rng.uniform(0, reference.last_save), 2)))
     return moments
 
 
@@ -457,8 +462,9 @@ def print_trial(result: TrialResult) -> None:
 
 
 def run_trials(trials: int, seed: int, workdir: Path, reference: Reference, steps: int) -> list[TrialResult]:
-    print(f"\n## {trials} kill -9 trials (seed {seed}; reference run {reference.seconds:.1f} s, validations at "
-          f"steps {reference.steps[0]}..{reference.steps[-1]})\n")
+    print(f"\n## {trials} kill -9 trials (seed {seed}; the reference run took {reference.seconds:.1f} s, its last "
+          f"save ended at {reference.last_save:.1f} s; {len(reference.steps)} validations, steps "
+          f"{reference.steps[0]} to {reference.steps[-1]})\n")
     print("| trial | kill | landed | checkpoints left | unloadable | lost metrics lines | continued with | "
           "exact | result |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -812,7 +818,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print_summary(totals)
     if args.json:
         results = {"seed": args.seed, "steps": args.steps, "settings": RUN_SETTINGS,
-                   "reference_seconds": round(reference.seconds, 2), "reference_steps": reference.steps,
+                   "reference_seconds": round(reference.seconds, 2),
+                   "reference_last_save_seconds": round(reference.last_save, 2), "reference_steps": reference.steps,
                    "trials": [dataclasses.asdict(t) for t in trials],
                    "planted": [dataclasses.asdict(p) for p in planted],
                    "concurrent": dataclasses.asdict(concurrent) if concurrent else None,
