@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing; the att
 
 import torch  # noqa: E402
 
-from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint  # noqa: E402
+from attn_cli.training.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 
 # The run every part trains: the built-in tiny config with dropout on (so a resume must also continue
 # the random streams), a validation and three or four checkpoint files every 10 steps (last.pt,
@@ -196,8 +196,8 @@ def inspect_run(run_dir: Path) -> RunState:
     for path in files:
         try:
             checkpoints[path.name] = load_checkpoint(path)
-        except CheckpointError as error:
-            unloadable.append(f"{path.name}: {error}")
+        except Exception as error:  # a CheckpointError, or a bug of its own: either way the file does not load
+            unloadable.append(f"{path.name}: {type(error).__name__}: {error}")
     metrics, unparseable = [], []
     log = run_dir / "metrics.jsonl"
     for number, line in enumerate(log.read_text(encoding="utf-8").splitlines() if log.is_file() else [], 1):
