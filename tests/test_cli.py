@@ -408,13 +408,14 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
 
     from attn_cli.training import trainer
 
-    original, saved_steps = trainer.save_checkpoint, []
+    original, saved_steps, saved = trainer.save_checkpoint, [], []
 
     def checked_save(path, config, tokenizers, model, step, epoch, metrics, training_state):
         if metrics:  # a validation's checkpoint: its line must be in the log already
             lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
             assert any(line.get("step") == step and "valid_loss" in line for line in lines), step
             saved_steps.append(step)
+        saved.append((step, path.name))
         return original(path, config, tokenizers, model, step, epoch, metrics, training_state)
 
     monkeypatch.setattr(trainer, "save_checkpoint", checked_save)
@@ -425,9 +426,13 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half a file")
     result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_steps=20",
-                    "--set", "train.valid_every=10")
+                    "--set", "train.valid_every=10", "--set", "train.keep_last=2")
     assert result.exit_code == 0, result.output
     assert sorted(set(saved_steps)) == [10, 20]
+    # last.pt, which marks a validation as done for a resume, comes after the validation's other files.
+    for step in (10, 20):
+        names = [name for saved_step, name in saved if saved_step == step]
+        assert names[-1] == "last.pt" and f"step-{step:06d}.pt" in names[:-1], names
     assert not [path for path in stale if path.exists()]
 
 
@@ -444,3 +449,12 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_the_other_lines_still_tra
     assert argued.exit_code == 0, argued.output
     assert argued.stdout.splitlines()[0] == lines[0]
     assert "warning: argument line 2:" in argued.output
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_full_stdout_is_one_line(trained_run):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "attn_cli", "translate", "--run", str(trained_run), "Hello."],
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot write the translations to stdout: No space left on device" in result.stderr

@@ -167,8 +167,15 @@ def _tiny_checkpoint_parts():
     return cfg, tokenizers, small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
 
 
+def _chained(error: Exception, cause: Exception) -> Exception:
+    error.__context__ = cause
+    return error
+
+
 @pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
-                                     RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed")])
+                                     RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed"),
+                                     _chained(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 255936 vs 255828"),
+                                              OSError(28, "No space left on device"))])
 def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
     from attn_cli.files import WriteError
     from attn_cli.training import checkpoint as checkpoint_module

@@ -113,6 +113,11 @@ def translate(
                                  inspection)
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
+    except OSError as error:
+        if output_file is not None or error.filename is not None:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left unwritten goes nowhere
+        raise UserError(f"cannot write the translations to stdout: {error.strerror or error}") from None
 
 
 def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],

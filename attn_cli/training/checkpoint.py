@@ -60,10 +60,24 @@ def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, mo
         with written_whole(path, binary=True) as handle:
             torch.save(payload, handle)
     except RuntimeError as error:
-        # torch's own writer reports a full disk or an I/O error as a RuntimeError, without the file.
-        if "PytorchStreamWriter" in str(error):
-            raise write_error(path, str(error).splitlines()[0]) from None
-        raise
+        cause = _write_failure(error)
+        if cause is None:
+            raise
+        raise write_error(path, cause) from None
+
+
+def _write_failure(error: RuntimeError) -> Optional[str]:
+    """Why torch's writer failed, when it did: it reports the OSError it met (a full disk) as a
+    RuntimeError of its own, with that OSError chained or only its own words. None: another error."""
+    link: Optional[BaseException] = error
+    while link is not None:
+        if isinstance(link, OSError):
+            return link.strerror or str(link)
+        link = link.__cause__ or link.__context__
+    words = str(error).strip()
+    if "PytorchStreamWriter" in words or "inline_container" in words:
+        return words.splitlines()[0]
+    return None
 
 
 def _fuse_attention_projections(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -142,13 +142,16 @@ class Trainer:
         self.validated_step = self.step
         if self.early_stopping is not None:  # before saving, so a resumed run counts on from here
             self.stop_early = self.early_stopping.update(metrics)
-        checkpoints = [self.paths.last_checkpoint]
+        # last.pt last: it records this validation as done, so a crash before it is written leaves
+        # a resume that validates this step again and writes the other files again, and a crash
+        # after it has nothing left to lose. Likewise the metrics line first: a crash may leave a
+        # line without its checkpoint (a resume trims it), never a checkpoint without its line.
+        checkpoints = []
         if improved:
             checkpoints.append(self.paths.best_checkpoint)
         if self.cfg.train.keep_last:
             checkpoints.append(self.paths.step_checkpoint(self.step))
-        # The metrics line first: a crash between the two may leave a line without its checkpoint
-        # (a resume trims it and validates that step again), never a checkpoint without its line.
+        checkpoints.append(self.paths.last_checkpoint)
         self.metrics_log.validation(metrics)
         self._save(checkpoints, metrics)
         if self.cfg.train.keep_last:
