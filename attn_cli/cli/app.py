@@ -9,6 +9,7 @@ from attn_cli.cli.average import average
 from attn_cli.cli.common import reports_user_errors
 from attn_cli.cli.eval import evaluate
 from attn_cli.cli.export import export
+from attn_cli.cli.prepare import prepare
 from attn_cli.cli.tokenizer import tokenizer
 from attn_cli.cli.train import train
 from attn_cli.cli.translate import translate
@@ -40,7 +41,7 @@ def _options(version: bool = typer.Option(False, "--version", callback=_print_ve
 
 
 # Registered here rather than decorated in each module, so that no command can miss the handler.
-for name, command in [("train", train), ("tokenizer", tokenizer), ("translate", translate), ("eval", evaluate),
+for name, command in [("train", train), ("prepare", prepare), ("tokenizer", tokenizer), ("translate", translate), ("eval", evaluate),
                       ("average", average), ("export", export)]:
     app.command(name=name)(reports_user_errors(command))
 

@@ -7,8 +7,11 @@ anyone else can score against exactly the sentences the model never trained on.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, filter_by_length
@@ -70,9 +73,12 @@ def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: 
                                           cfg.data.max_target_tokens, cfg.data.max_length_ratio)
         if dropped:
             log(f"length filter: dropped {dropped:,} of {len(splits.train):,} training pairs")
+        pairs = TokenizedPairs.from_examples(train)
         stats = {"training_pairs_read": len(splits.train), "dropped_by_length": dropped, "training_pairs": len(train),
-                 "valid_pairs": len(splits.valid), "test_pairs": len(splits.test), "skipped_lines": len(report.skipped)}
-        prepared = save_prepared(cache_dir(cfg), name, TokenizedPairs.from_examples(train), splits.valid, splits.test, stats)
+                 "valid_pairs": len(splits.valid), "test_pairs": len(splits.test),
+                 "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped)),
+                 "source_tokens": _length_stats(pairs.src_lengths), "target_tokens": _length_stats(pairs.tgt_lengths)}
+        prepared = save_prepared(cache_dir(cfg), name, pairs, splits.valid, splits.test, stats)
         log(f"data: prepared in {prepared.directory}")
     write_splits(cfg, prepared)
     return prepared
@@ -85,6 +91,15 @@ def open_data(cfg: Config, tokenizers: Tokenizers) -> PreparedData:
         raise ConfigError(f"no prepared data in {cache_dir(cfg)} for this config; rank 0 should have written it",
                           "data.cache_dir")
     return prepared
+
+
+def _length_stats(lengths: np.ndarray) -> dict:
+    """The total and the percentiles of the token counts of the training pairs' sides."""
+    if not len(lengths):
+        return {"total": 0}
+    percentiles = np.percentile(lengths, [50, 90, 99]).round(1).tolist()
+    return {"total": int(lengths.sum()), "p50": percentiles[0], "p90": percentiles[1], "p99": percentiles[2],
+            "max": int(lengths.max())}
 
 
 def _describe(stats: dict) -> str:

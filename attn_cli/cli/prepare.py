@@ -1,0 +1,57 @@
+"""`attn prepare`: the data stage of `attn train` alone: read, split, train the tokenizer, tokenize."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
+from attn_cli.config import load_config
+from attn_cli.paths import RunPaths
+
+
+def prepare(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
+            as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout.")) -> None:
+    """Prepare a config's training data once, so that every later `attn train` (and every torchrun
+    process) opens it memory-mapped instead of reading and tokenizing the corpus again.
+
+    Prints what it found: pairs read and skipped (by reason), dropped by the length filters, per
+    split; token counts and length percentiles.
+
+    Example:
+
+      attn prepare --config en-zh.yaml
+
+      attn prepare --config big.yaml --set data.cache_dir=/shared/attn-data && attn train --config big.yaml --set data.cache_dir=/shared/attn-data
+    """
+    # sentencepiece, numpy and the corpus readers: imported when run, not for --help
+    from attn_cli.data.prepare import prepare_data, read_splits, saved_tokenizers, train_or_load_tokenizers
+    from attn_cli.training.run_lock import run_directory_lock
+
+    cfg = load_config(config, set_ or [])
+    started = time.perf_counter()
+    with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet
+        tokenizers = saved_tokenizers(cfg, stderr.print)
+        splits = None
+        if tokenizers is None:
+            splits = read_splits(cfg, stderr.print)
+            tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print)
+        prepared = prepare_data(cfg, tokenizers, stderr.print, splits)
+    stats = dict(prepared.stats, directory=str(prepared.directory), seconds=round(time.perf_counter() - started, 1))
+    if as_json:
+        print(json.dumps(stats, indent=1))
+        return
+    skipped = ", ".join(f"{count:,} {reason}" for reason, count in stats["skipped_lines"].items()) or "none"
+    tell(f"prepared data: {prepared.directory} ({stats['seconds']} s)")
+    tell(f"  training pairs: {stats['training_pairs_read']:,} read, {stats['dropped_by_length']:,} dropped by the "
+         f"length filters, {stats['training_pairs']:,} kept; validation {stats['valid_pairs']:,}, test {stats['test_pairs']:,}")
+    tell(f"  malformed lines skipped: {skipped}")
+    for side in ("source", "target"):
+        tokens = stats[f"{side}_tokens"]
+        if tokens["total"]:
+            tell(f"  {side} tokens: {tokens['total']:,} in all; per pair median {tokens['p50']:g}, "
+                 f"90% {tokens['p90']:g}, 99% {tokens['p99']:g}, longest {tokens['max']:,}")
