@@ -2,9 +2,11 @@
 
 For each system: BLEU and chrF with the run's decode settings (beam 5 for the default config), how
 many outputs equal attn's (greedy and beam), and the speed of translating one sentence at a time
-and in token-budget batches, greedy and beam 5, in sentences/s and output tokens/s. Every system
-runs on the same threads; the timings alternate between systems and the median of --repeats is
-kept. Prints a table and writes JSON.
+and in token-budget batches, greedy and beam 5, in sentences/s and output tokens/s (the median of
+--repeats). attn runs on --threads torch threads; each export is timed with 1 and with --threads
+intra-op threads, its translator loaded just before its own timings and released after: a live
+CTranslate2 translator's worker threads keep spinning between calls and would slow whatever runs
+beside them. Prints a table and writes JSON.
 
     python3 scripts/bench_serve.py --run runs/en-zh --json bench_results/serve.json
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import platform
 import statistics
@@ -32,20 +35,19 @@ from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 QUANTIZATIONS = ("float32", "int8")
 
 
-def make_systems(loaded, directory: Path, threads: int) -> dict:
-    """name -> translate(sentences, options) for attn and each export."""
+def attn_system(loaded):
     cfg = loaded.config
-    limit, language = cfg.model.max_positions - 1, cfg.data.tgt_lang
-    systems = {"attn": lambda sentences, options: translate_sentences(loaded.model, loaded.tokenizers, sentences,
-                                                                       options, limit, language)}
-    for quantization in QUANTIZATIONS:
-        export(cfg, loaded.tokenizers, loaded.model, directory / quantization, quantization)
-        exported = load_exported(directory / quantization, threads=threads)
-        systems[f"ct2 {quantization}"] = (
-            lambda sentences, options, exported=exported: translate_sentences(
-                None, exported.tokenizers, sentences, options, limit, language,
-                search=lambda src: exported.search(src, options)))
-    return systems
+    return lambda sentences, options: translate_sentences(loaded.model, loaded.tokenizers, sentences, options,
+                                                          cfg.model.max_positions - 1, cfg.data.tgt_lang)
+
+
+def export_system(loaded, directory: Path, threads: int):
+    """translate(sentences, options) with the export in `directory` on `threads` intra-op threads."""
+    cfg = loaded.config
+    exported = load_exported(directory, threads=threads)
+    return lambda sentences, options: translate_sentences(None, exported.tokenizers, sentences, options,
+                                                          cfg.model.max_positions - 1, cfg.data.tgt_lang,
+                                                          search=lambda src: exported.search(src, options))
 
 
 def quality(systems: dict, sources: list[str], references: list[str], decode, language: str) -> dict:
@@ -64,29 +66,49 @@ def quality(systems: dict, sources: list[str], references: list[str], decode, la
     return found
 
 
-def speed(systems: dict, sources: list[str], single: list[str], decode, repeats: int) -> list[dict]:
-    rows = []
-    for beam in (1, 5):
+def timed(translate, sentences: list[str], options, mode: str, repeats: int) -> tuple[float, int]:
+    """The median seconds of translating `sentences` (in batches, or one at a time) and the output tokens."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        if mode == "batched":
+            translations = translate(sentences, options)
+        else:
+            translations = [translate([sentence], options)[0] for sentence in sentences]
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), sum(len(t.tokens[0]) for t in translations)
+
+
+CASES = [(beam, mode) for beam in (1, 5) for mode in ("one at a time", "batched")]
+
+
+def speed(loaded, directory: Path, sources: list[str], single: list[str], decode, threads: int, repeats: int) -> list[dict]:
+    measured = {}  # (system, threads, beam, mode) -> (seconds, tokens, sentences)
+    attn = attn_system(loaded)
+    for beam, mode in CASES:
+        sentences = single if mode == "one at a time" else sources
         options = dataclasses.replace(decode, beam_size=beam, n_best=1)
-        for mode, sentences in (("one at a time", single), ("batched", sources)):
-            times = {name: [] for name in systems}
-            tokens = {}
-            for _ in range(repeats):  # alternate, so that a slow moment of the machine hits every system
-                for name, translate in systems.items():
-                    start = time.perf_counter()
-                    if mode == "batched":
-                        translations = translate(sentences, options)
-                    else:
-                        translations = [translate([sentence], options)[0] for sentence in sentences]
-                    times[name].append(time.perf_counter() - start)
-                    tokens[name] = sum(len(t.tokens[0]) for t in translations)
-            for name in systems:
-                seconds = statistics.median(times[name])
-                rows.append({"search": "greedy" if beam == 1 else f"beam {beam}", "mode": mode, "system": name,
-                             "sentences": len(sentences), "seconds": round(seconds, 3),
-                             "sentences_per_s": round(len(sentences) / seconds, 1),
-                             "tokens_per_s": round(tokens[name] / seconds, 1),
-                             "speedup_vs_attn": round(statistics.median(times["attn"]) / seconds, 2)})
+        measured[("attn", threads, beam, mode)] = (*timed(attn, sentences, options, mode, repeats), len(sentences))
+    for quantization in QUANTIZATIONS:
+        for intra_threads in sorted({1, threads}):
+            translate = export_system(loaded, directory / quantization, intra_threads)
+            for beam, mode in CASES:
+                sentences = single if mode == "one at a time" else sources
+                options = dataclasses.replace(decode, beam_size=beam, n_best=1)
+                measured[(f"ct2 {quantization}", intra_threads, beam, mode)] = (
+                    *timed(translate, sentences, options, mode, repeats), len(sentences))
+            del translate
+            gc.collect()  # the translator and its threads go now, not at some later collection
+    rows = []
+    for (system, used_threads, beam, mode), (seconds, tokens, sentences) in measured.items():
+        attn_seconds = measured[("attn", threads, beam, mode)][0]
+        rows.append({"search": "greedy" if beam == 1 else f"beam {beam}", "mode": mode, "system": system,
+                     "threads": used_threads, "sentences": sentences, "seconds": round(seconds, 3),
+                     "sentences_per_s": round(sentences / seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
+                     "speedup_vs_attn": round(attn_seconds / seconds, 2)})
+    order = {case: i for i, case in enumerate(CASES)}
+    rows.sort(key=lambda r: (order[(1 if r["search"] == "greedy" else 5, r["mode"])], r["system"] != "attn",
+                             r["system"], r["threads"]))
     return rows
 
 
@@ -106,20 +128,26 @@ def main() -> None:
     sources = paths.split_file("test", cfg.data.src_lang).read_text(encoding="utf-8").splitlines()
     references = paths.split_file("test", cfg.data.tgt_lang).read_text(encoding="utf-8").splitlines()
     with tempfile.TemporaryDirectory() as directory:
-        systems = make_systems(loaded, Path(directory), args.threads)
+        directory = Path(directory)
+        for quantization in QUANTIZATIONS:
+            export(cfg, loaded.tokenizers, loaded.model, directory / quantization, quantization)
+        systems = {"attn": attn_system(loaded)}
+        systems.update({f"ct2 {q}": export_system(loaded, directory / q, 1) for q in QUANTIZATIONS})
         scores = quality(systems, sources, references, cfg.decode, cfg.data.tgt_lang)
-        rows = speed(systems, sources, sources[: args.single], cfg.decode, args.repeats)
+        del systems
+        gc.collect()
+        rows = speed(loaded, directory, sources, sources[: args.single], cfg.decode, args.threads, args.repeats)
 
     print(f"quality on {len(sources):,} test sentences (beam {cfg.decode.beam_size}, length penalty {cfg.decode.length_penalty}):")
     print(f"{'system':<14} {'BLEU':>6} {'chrF':>6} {'= attn greedy':>14} {'= attn beam':>12}")
     for name, found in scores.items():
         print(f"{name:<14} {found['bleu']:>6.2f} {found['chrf']:>6.2f} {found['same_as_attn_greedy']:>14} "
               f"{found['same_as_attn_beam']:>12}")
-    print(f"\nspeed ({args.threads} threads, median of {args.repeats}):")
-    print(f"{'search':<7} {'mode':<14} {'system':<14} {'sent/s':>8} {'tok/s':>8} {'x attn':>7}")
+    print(f"\nspeed (median of {args.repeats}; attn on {args.threads} torch threads):")
+    print(f"{'search':<7} {'mode':<14} {'system':<14} {'threads':>7} {'sent/s':>8} {'tok/s':>8} {'x attn':>7}")
     for row in rows:
-        print(f"{row['search']:<7} {row['mode']:<14} {row['system']:<14} {row['sentences_per_s']:>8.1f} "
-              f"{row['tokens_per_s']:>8.1f} {row['speedup_vs_attn']:>7.2f}")
+        print(f"{row['search']:<7} {row['mode']:<14} {row['system']:<14} {row['threads']:>7} "
+              f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>8.1f} {row['speedup_vs_attn']:>7.2f}")
     if args.json:
         import ctranslate2
 

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, Translator, decode_options,
-                                     load_for_decoding)
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, ThreadsOption,
+                                     Translator, decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
@@ -27,6 +27,7 @@ def evaluate(
     length_penalty: Optional[float] = LengthPenaltyOption,
     batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
+    threads: Optional[int] = ThreadsOption,
 ) -> None:
     """Translate a test set and score it with sacreBLEU (BLEU and chrF, with signatures).
 
@@ -47,7 +48,7 @@ def evaluate(
 
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    loaded = load_for_decoding(run, checkpoint, model, device)
+    loaded = load_for_decoding(run, checkpoint, model, device, threads)
     # The translations go next to the model that made them.
     made_by = model if model is not None else find_checkpoint(run, checkpoint)
     flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size}

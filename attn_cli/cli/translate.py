@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, stderr, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, Translator, decode_options,
-                                     load_for_decoding)
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, ThreadsOption,
+                                     Translator, decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def translate(
     seed: Optional[int] = typer.Option(None, "--seed", help="With --sample: a seed for repeatable samples."),
     batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
+    threads: Optional[int] = ThreadsOption,
     show_attention: bool = typer.Option(False, "--show-attention", help="Draw the cross-attention between source "
                                         "and output tokens in the terminal (on stderr)."),
     attention_layer: int = typer.Option(-1, "--attention-layer", help="Decoder layer to draw (-1 = the last)."),
@@ -97,7 +98,7 @@ def translate(
         raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
                         "--input FILE, or pipe lines to stdin")
     lines = read_lines(input_file) if input_file else None
-    loaded = load_for_decoding(run, checkpoint, model, device)
+    loaded = load_for_decoding(run, checkpoint, model, device, threads)
     flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
              "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
              "top_k": top_k, "top_p": top_p, "seed": seed}

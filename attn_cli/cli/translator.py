@@ -25,6 +25,8 @@ BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is gre
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
 BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
 ModelOption = typer.Option(None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2).")
+ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threads: torch's for a checkpoint (default: "
+                             "torch's choice), CTranslate2's intra-op threads for --model (default 1).")
 
 # The flag of each `decode` setting a command can override.
 DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
@@ -47,7 +49,7 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
 
 
 def load_for_decoding(run: Path | None, checkpoint: Path | None, model: Path | None,
-                      device: str) -> Checkpoint | ExportedModel:
+                      device: str, threads: int | None = None) -> Checkpoint | ExportedModel:
     """The exported model at `model`, or else the checkpoint that --run and --checkpoint pick, on the
     device that --device names (a bad name is reported as --device's)."""
     import torch
@@ -57,12 +59,16 @@ def load_for_decoding(run: Path | None, checkpoint: Path | None, model: Path | N
 
     resolved = resolve_device(device, "--device")
     if model is None:
+        if threads is not None:
+            torch.set_num_threads(threads)
         return load_checkpoint(find_checkpoint(run, checkpoint), resolved)
     if checkpoint is not None:
         raise UserError("--model and --checkpoint each name a model; give one of them")
     from attn_cli.export.exported import load_exported
 
-    return load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=torch.get_num_threads())
+    # One thread unless told: CTranslate2's multi-threaded mode ran 10 to 15 times slower than its
+    # single thread on the 2-core development machine (docs/decoding.md), never faster there.
+    return load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1)
 
 
 class Translator:
