@@ -31,6 +31,8 @@ TOKENIZER_DIR = "tokenizer"
 # beyond what a sentence takes (a longer input is split before it reaches the model).
 SINUSOIDAL_ROWS = 1024
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's
+# Position schemes whose vectors can be written out as a table added to the embeddings.
+EXPORTABLE_POSITIONS = ("sinusoidal", "learned")
 
 
 class ExportError(UserError):
@@ -54,6 +56,9 @@ def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: P
         raise ExportError(f"--quantization {quantization!r} is not one CTranslate2 offers; use one of {', '.join(QUANTIZATIONS)}")
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ExportError(f"{output} already exists and is not an empty directory; give a new --output")
+    if config.model.positions not in EXPORTABLE_POSITIONS:
+        raise ExportError(f"model.positions {config.model.positions!r} has no CTranslate2 equivalent that adds "
+                          f"positions as attn does; export works for {' and '.join(EXPORTABLE_POSITIONS)} positions")
     spec = transformer_spec(config, tokenizers, model, ctranslate2)
     output.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
