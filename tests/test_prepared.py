@@ -46,7 +46,8 @@ def test_the_prepared_pairs_are_the_tokenized_and_filtered_split(setting):
     assert isinstance(prepared.train.src_ids, np.memmap), "opened memory-mapped"
     # Batches planned from the length arrays are those planned from the examples themselves.
     for shuffle in (False, True):
-        assert token_batches(prepared.train, 200, shuffle, seed=3, epoch=2) == token_batches(kept, 200, shuffle, seed=3, epoch=2)
+        assert ([b.tolist() for b in token_batches(prepared.train, 200, shuffle, seed=3, epoch=2)]
+                == [b.tolist() for b in token_batches(kept, 200, shuffle, seed=3, epoch=2)])
     first = token_batches(prepared.train, 200, True)[0]
     assert collate([prepared.train[p] for p in first]).src.tolist() == collate([kept[p] for p in first]).src.tolist()
 

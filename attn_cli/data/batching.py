@@ -10,6 +10,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -75,44 +76,48 @@ def collate(examples: list[Example]) -> Batch:
 
 
 def token_batches(examples: Sequence[Example], max_tokens: int, shuffle: bool, seed: int = 0,
-                  epoch: int = 0) -> list[list[int]]:
+                  epoch: int = 0) -> list[np.ndarray]:
     """Positions into `examples`, grouped into length-bucketed batches of at most `max_tokens`.
 
     A batch's cost is its padded size on the longer side: rows * max(longest src + 1, longest tgt + 1).
     An example over budget on its own still forms a batch of one. With `shuffle`, ties in length are
     broken and batches are ordered by a generator seeded from (seed, epoch): repeatable, yet
-    different every epoch.
+    different every epoch. Planned with NumPy from the lengths alone, each batch an array of
+    positions, so that an epoch of millions of pairs costs a few bytes per pair.
     """
     src_lengths, tgt_lengths = _lengths(examples)
+    count = len(src_lengths)
+    if not count:
+        return []
     rng = random.Random(seed * 1000003 + epoch)
-    tie_break = [rng.random() for _ in range(len(src_lengths))] if shuffle else list(range(len(src_lengths)))
-    order = sorted(range(len(src_lengths)), key=lambda i: (src_lengths[i], tgt_lengths[i], tie_break[i]))
-    batches = _cut_by_budget(src_lengths, tgt_lengths, order, max_tokens)
+    tie_break = np.fromiter((rng.random() for _ in range(count)), np.float64, count) if shuffle else np.arange(count)
+    order = np.lexsort((tie_break, tgt_lengths, src_lengths))  # by source length, then target length, then tie
+    batches = np.split(order, _cut_points(np.maximum(src_lengths, tgt_lengths)[order], max_tokens))
     if shuffle:
         rng.shuffle(batches)
     return batches
 
 
-def _lengths(examples: Sequence[Example]) -> tuple[list[int], list[int]]:
+def _lengths(examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
     """Each example's source and target length, EOS or BOS included; from the length arrays of
     memory-mapped pairs (attn_cli/data/prepared.py) without reading their tokens."""
     if hasattr(examples, "src_lengths"):
-        return (examples.src_lengths + 1).tolist(), (examples.tgt_lengths + 1).tolist()
-    return [len(e.src) + 1 for e in examples], [len(e.tgt) + 1 for e in examples]
+        return examples.src_lengths + 1, examples.tgt_lengths + 1
+    return (np.fromiter((len(e.src) + 1 for e in examples), np.int64, len(examples)),
+            np.fromiter((len(e.tgt) + 1 for e in examples), np.int64, len(examples)))
 
 
-def _cut_by_budget(src_lengths: list[int], tgt_lengths: list[int], order: list[int], max_tokens: int) -> list[list[int]]:
-    """Consecutive runs of `order` whose padded size stays within `max_tokens`."""
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest = 0
-    for position in order:
-        length = max(src_lengths[position], tgt_lengths[position])
-        if batch and (len(batch) + 1) * max(longest, length) > max_tokens:
-            batches.append(batch)
-            batch, longest = [], 0
-        batch.append(position)
-        longest = max(longest, length)
-    if batch:
-        batches.append(batch)
-    return batches
+def _cut_points(longest_sides: np.ndarray, max_tokens: int) -> list[int]:
+    """Where the sorted examples split into runs whose padded size stays within `max_tokens`:
+    a run grows until one more example would take it over."""
+    cuts: list[int] = []
+    size = longest = 0
+    chunk = 1 << 16  # Python ints a chunk at a time, not millions at once
+    for start in range(0, len(longest_sides), chunk):
+        for index, length in enumerate(longest_sides[start:start + chunk].tolist(), start):
+            if size and (size + 1) * max(longest, length) > max_tokens:
+                cuts.append(index)
+                size = longest = 0
+            size += 1
+            longest = max(longest, length)
+    return cuts

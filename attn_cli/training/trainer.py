@@ -8,6 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -278,12 +279,12 @@ class Trainer:
             raise TrainingInterrupted(stop.signal_name or "a signal to another process")
         return decision == 1
 
-    def _local_batch(self, positions: list[int]) -> Batch:
+    def _local_batch(self, positions: Sequence[int]) -> Batch:
         """This process's share of one batch. A process left without examples (a batch smaller than
         the number of processes) runs one example with every label ignored: it adds nothing to the
         update, yet joins DDP's gradient all-reduce, which waits for every process."""
         mine = self.ranks.share(positions)
-        if not mine:
+        if len(mine) == 0:
             return collate([self.train_examples[positions[0]]]).without_labels().to(self.device)
         return collate([self.train_examples[p] for p in mine]).to(self.device)
 
