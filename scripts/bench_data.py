@@ -9,9 +9,10 @@ measures, each in its own process:
   peak memory;
 - `attn prepare` again, which finds the prepared data: wall time;
 - `attn train` for --steps steps of the default model on the prepared data: wall time to the end,
-  and the peak of its memory, as RSS and as USS (memory private to the process: the memory-mapped
-  token arrays live in the page cache, shared by every process that maps them, and count in RSS
-  but not in USS), sampled from /proc every 0.1 s.
+  and the peak of its memory, sampled from /proc every 0.1 s: RSS; USS, the pages no other process
+  maps (the memory-mapped token arrays count here while this process alone maps them); and
+  anonymous memory, what the process allocated itself, without any file's pages: the memory that
+  does not live in the page cache, and the one that would grow with a corpus held in lists.
 
     python3 scripts/bench_data.py --sizes 100000 1000000 --json bench_results/data.json
 """
@@ -47,16 +48,17 @@ def synthetic_corpus(path: Path, pairs: int, seed: int) -> None:
             out.write(f"{source}\t{''.join(t for _, t in chosen)}\n")
 
 
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, USS) of a process in kB, from /proc/PID/smaps_rollup; (0, 0) once it is gone."""
+def _memory_kb(pid: int) -> tuple[int, int, int]:
+    """(RSS, USS, anonymous) memory of a process in kB, from /proc/PID/smaps_rollup; zeros once it is gone."""
     try:
         fields = {}
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
             name, value = line.split(":", 1)
             fields[name] = int(value.split()[0])
-        return fields.get("Rss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+        return (fields.get("Rss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+                fields.get("Anonymous", 0))
     except (OSError, ValueError):
-        return 0, 0
+        return 0, 0, 0
 
 
 def run(command: list[str]) -> dict:
@@ -64,16 +66,16 @@ def run(command: list[str]) -> dict:
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "attn_cli", *command], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    peak_rss = peak_uss = 0
+    peak_rss = peak_uss = peak_anonymous = 0
     while process.poll() is None:
-        rss, uss = _memory_kb(process.pid)
-        peak_rss, peak_uss = max(peak_rss, rss), max(peak_uss, uss)
+        rss, uss, anonymous = _memory_kb(process.pid)
+        peak_rss, peak_uss, peak_anonymous = max(peak_rss, rss), max(peak_uss, uss), max(peak_anonymous, anonymous)
         time.sleep(0.1)
     stdout, stderr = process.communicate()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-2000:]}")
     return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": round(peak_rss / 1024),
-            "peak_uss_mb": round(peak_uss / 1024), "stdout": stdout}
+            "peak_uss_mb": round(peak_uss / 1024), "peak_anonymous_mb": round(peak_anonymous / 1024), "stdout": stdout}
 
 
 def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
@@ -111,15 +113,16 @@ def main() -> None:
             print(f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; first prepare {r['first_prepare']['seconds']} s "
                   f"({r['pairs_per_s']:,} pairs/s, peak RSS {r['first_prepare']['peak_rss_mb']:,} MB); prepare again "
                   f"{r['second_prepare']['seconds']} s; train {args.steps} steps {r['train']['seconds']} s, peak RSS "
-                  f"{r['train']['peak_rss_mb']:,} MB, USS {r['train']['peak_uss_mb']:,} MB", flush=True)
+                  f"{r['train']['peak_rss_mb']:,} MB, USS {r['train']['peak_uss_mb']:,} MB, anonymous "
+                  f"{r['train']['peak_anonymous_mb']:,} MB", flush=True)
 
     print(f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
-          f"| peak RSS | peak USS |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"| peak RSS | peak USS | peak anonymous |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['pairs']:,} | {r['tokenizer']['seconds']} s | {r['first_prepare']['seconds']} s | {r['pairs_per_s']:,} "
               f"| {r['first_prepare']['peak_rss_mb']:,} MB | {r['second_prepare']['seconds']} s | {r['train']['seconds']} s "
-              f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB |")
+              f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB | {r['train']['peak_anonymous_mb']:,} MB |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"sizes": results, "steps": args.steps, "python": platform.python_version(),

@@ -70,6 +70,7 @@ def test_it_is_reused_until_the_corpus_a_filter_or_the_tokenizer_changes(setting
     os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same time: the content still tells
     names.add(entry_name(cfg.data, tokenizers))
     assert len(names) == 5
+    assert entry_name(dataclasses.replace(cfg.data, cache_dir="/elsewhere"), tokenizers) in names, "where, not what"
     changed = prepare_data(cfg, tokenizers, log=lambda message: None)
     assert changed.directory != first.directory
 

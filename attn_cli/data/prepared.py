@@ -92,7 +92,8 @@ class PreparedData:
 def entry_name(data: DataConfig, tokenizers: Tokenizers) -> str:
     """The name of the entry these settings and this tokenizer prepare: a hash of all they depend on."""
     corpora = [c for c in (data.corpus, data.valid_corpus, data.test_corpus) if c is not None]
-    made_of = {"format": FORMAT, "data": config_to_dict(data), "corpora": [_identity(c) for c in corpora],
+    settings = {key: value for key, value in config_to_dict(data).items() if key != "cache_dir"}  # where, not what
+    made_of = {"format": FORMAT, "data": settings, "corpora": [_identity(c) for c in corpora],
                "tokenizers": [hashlib.sha256(t.model_proto).hexdigest() for t in (tokenizers.source, tokenizers.target)]}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:20]
 
