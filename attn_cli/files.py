@@ -46,11 +46,7 @@ def written_whole(path: Path, binary: bool = False, label: Optional[str] = None)
         yield from _written_in_place(path, binary, label)
         return
     temporary = _temporary_beside(path)
-    try:
-        # A plain open: the file gets the permissions any new file would.
-        handle = open(temporary, "wb") if binary else open(temporary, "w", encoding="utf-8")
-    except OSError as error:
-        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+    handle = _open(temporary, binary, path, label)
     try:
         with handle:
             yield handle
@@ -59,24 +55,35 @@ def written_whole(path: Path, binary: bool = False, label: Optional[str] = None)
         os.replace(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError) and not isinstance(error, BrokenPipeError) \
-                and error.filename in (None, str(temporary), str(path)):
+        if _failed_write_of(error, temporary, path):
             raise write_error(path, error.strerror or str(error), label) from None
         raise
 
 
 def _written_in_place(path: Path, binary: bool, label: Optional[str]) -> Iterator[IO]:
-    try:
-        handle = open(path, "wb") if binary else open(path, "w", encoding="utf-8")
-    except OSError as error:
-        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+    handle = _open(path, binary, path, label)
     try:
         with handle:
             yield handle
     except OSError as error:
-        if isinstance(error, BrokenPipeError) or error.filename not in (None, str(path)):
+        if not _failed_write_of(error, path):
             raise
         raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+
+
+def _open(file: Path, binary: bool, path: Path, label: Optional[str]) -> IO:
+    """`file` opened for writing `path`; a plain open, so the file gets the permissions any new file would."""
+    try:
+        return open(file, "wb") if binary else open(file, "w", encoding="utf-8")
+    except OSError as error:
+        raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
+
+
+def _failed_write_of(error: BaseException, *files: Path) -> bool:
+    """Whether `error` is a failed write of one of `files` (a failing write names no file), rather
+    than a reader that went away or another file's error."""
+    return (isinstance(error, OSError) and not isinstance(error, BrokenPipeError)
+            and error.filename in (None, *(str(file) for file in files)))
 
 
 def write_error(path: Path, cause: str, label: Optional[str] = None) -> WriteError:
