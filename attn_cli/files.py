@@ -38,13 +38,15 @@ def written_whole(path: Path, binary: bool = False, label: Optional[str] = None)
     An OSError of this file (a full disk, say) becomes a one-line WriteError naming `label` (the
     path when None) and the cause; any other error, another file's among them, passes as it is."""
     path = Path(path)
-    if path.is_symlink():  # write where the link points, and keep the link
-        path = path.resolve()
     if path.is_dir():
         raise WriteError(f"cannot write {label or path}: it is a directory; give a file path")
-    if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout, /dev/null): never replaced
+    # A device, a pipe, or a name for an open descriptor (/dev/stdout, whatever it points to): never
+    # replaced, for that would cut it off from what the process writes there, or replace the device.
+    if str(path.absolute()).startswith(("/dev/", "/proc/")) or (path.exists() and not path.is_file()):
         yield from _written_in_place(path, binary, label)
         return
+    if path.is_symlink():  # write where the link points, and keep the link
+        path = path.resolve()
     temporary = _temporary_beside(path)
     handle = _open(temporary, binary, path, label)
     try:
@@ -61,7 +63,8 @@ def written_whole(path: Path, binary: bool = False, label: Optional[str] = None)
 
 
 def _written_in_place(path: Path, binary: bool, label: Optional[str]) -> Iterator[IO]:
-    handle = _open(path, binary, path, label)
+    # Appending: /dev/stdout redirected with >> must keep what the file held.
+    handle = _open(path, binary, path, label, append=True)
     try:
         with handle:
             yield handle
@@ -71,10 +74,11 @@ def _written_in_place(path: Path, binary: bool, label: Optional[str]) -> Iterato
         raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
 
 
-def _open(file: Path, binary: bool, path: Path, label: Optional[str]) -> IO:
+def _open(file: Path, binary: bool, path: Path, label: Optional[str], append: bool = False) -> IO:
     """`file` opened for writing `path`; a plain open, so the file gets the permissions any new file would."""
+    mode = ("a" if append else "w") + ("b" if binary else "")
     try:
-        return open(file, "wb") if binary else open(file, "w", encoding="utf-8")
+        return open(file, mode) if binary else open(file, mode, encoding="utf-8")
     except OSError as error:
         raise WriteError(f"cannot write {label or path}: {error.strerror or error}") from None
 

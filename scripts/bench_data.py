@@ -64,14 +64,17 @@ def _memory_kb(pid: int) -> tuple[int, int, int]:
 def run(command: list[str]) -> dict:
     """Run an attn command; its wall time and the peak RSS and USS of the process."""
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "attn_cli", *command], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    peak_rss = peak_uss = peak_anonymous = 0
-    while process.poll() is None:
-        rss, uss, anonymous = _memory_kb(process.pid)
-        peak_rss, peak_uss, peak_anonymous = max(peak_rss, rss), max(peak_uss, uss), max(peak_anonymous, anonymous)
-        time.sleep(0.1)
-    stdout, stderr = process.communicate()
+    # Output into files, not pipes: a pipe nobody reads while the process runs would fill and stop it.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen([sys.executable, "-m", "attn_cli", *command], stdout=out, stderr=err, text=True)
+        peak_rss = peak_uss = peak_anonymous = 0
+        while process.poll() is None:
+            rss, uss, anonymous = _memory_kb(process.pid)
+            peak_rss, peak_uss, peak_anonymous = max(peak_rss, rss), max(peak_uss, uss), max(peak_anonymous, anonymous)
+            time.sleep(0.1)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-2000:]}")
     return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": round(peak_rss / 1024),

@@ -180,3 +180,16 @@ def test_sampling_with_a_seed_repeats(tmp_path):
 
     first, again = sampled(), sampled()
     assert [t.tokens for t in first] == [t.tokens for t in again] and all(len(t.texts) == 3 for t in first)
+
+
+def test_outputs_stop_where_the_exported_positions_end(tmp_path):
+    from attn_cli.export.convert import SINUSOIDAL_ROWS
+
+    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
+                                                       decoder_layers=1, dropout=0.0), True)
+    export(cfg, tokenizers, model, tmp_path / "exported", "float32")
+    exported = load_exported(tmp_path / "exported", threads=1)
+    options = DecodeConfig(beam_size=1, max_len_b=SINUSOIDAL_ROWS + 100)  # beyond the table, which attn lacks
+    (translation,) = translate_sentences(None, exported.tokenizers, ["sentence number 3"], options, 63, "zh",
+                                         search=lambda src: exported.search(src, options))
+    assert len(translation.tokens[0]) <= SINUSOIDAL_ROWS - 1

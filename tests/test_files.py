@@ -65,3 +65,14 @@ def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
     (tmp_path / "notes.tmp").write_bytes(b"the user's own")
     remove_stale_temporaries(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["last.pt", "notes.tmp"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc on this system")
+def test_a_name_for_an_open_descriptor_is_appended_to_not_replaced(tmp_path):
+    """/dev/stdout redirected to a file with >> is /proc/self/fd/1 pointing to it."""
+    target = tmp_path / "log.txt"
+    target.write_text("before\n")
+    inode = target.stat().st_ino
+    with target.open("a") as redirected:
+        write_whole(Path(f"/proc/self/fd/{redirected.fileno()}"), "after\n")
+    assert target.read_text() == "before\nafter\n" and target.stat().st_ino == inode

@@ -89,6 +89,24 @@ def test_a_preparation_cut_short_leaves_nothing_that_is_used(setting, monkeypatc
     monkeypatch.setattr(TokenizedPairs, "save", original)
     cache = prepare_module.cache_dir(cfg)
     assert os.listdir(cache) == [] and open_prepared(cache, entry_name(cfg.data, tokenizers)) is None
-    # An entry without its manifest (a copy cut short, say) is not one either: it is prepared again.
-    (cache / entry_name(cfg.data, tokenizers)).mkdir()
-    assert open_prepared(cache, entry_name(cfg.data, tokenizers)) is None
+    # An entry without its manifest (a copy cut short, say) is not one either, nor one whose arrays
+    # are damaged: each is prepared again.
+    name = entry_name(cfg.data, tokenizers)
+    (cache / name).mkdir()
+    (cache / name / "src_ids.npy").write_bytes(b"half")
+    assert open_prepared(cache, name) is None
+    prepared = prepare_data(cfg, tokenizers, log=lambda message: None)
+    assert prepared.directory == cache / name and len(prepared.train) > 0
+    (cache / name / "tgt_offsets.npy").write_bytes(b"damaged")
+    assert open_prepared(cache, name) is None and not (cache / name).exists()
+    assert len(prepare_data(cfg, tokenizers, log=lambda message: None).train) == len(prepared.train)
+
+
+def test_malformed_lines_are_counted_by_reason_when_the_tokenizer_is_trained_first(setting, tmp_path):
+    from attn_cli.data.prepare import tokenizers_and_data
+
+    cfg, _, corpus = setting
+    with corpus.open("a", encoding="utf-8") as more:
+        more.write("no tab on this line\n\tno source\n")
+    _, prepared = tokenizers_and_data(cfg, log=lambda message: None)
+    assert sum(prepared.stats["skipped_lines"].values()) == 2, prepared.stats["skipped_lines"]

@@ -80,6 +80,7 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
 
     # A resume that fails to start leaves the run's config as it was, and a metrics line that a
     # kill cut short does not stop the next one.
+    from attn_cli.data import prepare
     from attn_cli.data.corpus import DataError
     from attn_cli.training import setup
 
@@ -88,7 +89,7 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
 
     config_before = (resumed / "config.yaml").read_bytes()
     with monkeypatch.context() as failing:
-        failing.setattr(setup, "prepare_data", data_gone)
+        failing.setattr(setup, "tokenizers_and_data", data_gone)
         failed = train(resumed, "--resume", "--set", "train.max_steps=30")
     assert failed.exit_code == 2 and "data gone" in failed.output
     assert (resumed / "config.yaml").read_bytes() == config_before
@@ -96,7 +97,7 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
         log.write('{"step": 20, "valid_lo')
 
     with monkeypatch.context() as prepared_once:  # the resume trains on the data prepared at the start
-        prepared_once.setattr(setup, "read_splits", data_gone)
+        prepared_once.setattr(prepare, "read_splits", data_gone)
         second = train(resumed, "--resume", "--set", "train.max_steps=30")
     assert second.exit_code == 0, second.output
     assert "resume: train.max_steps: 15 -> 30" in second.output

@@ -29,18 +29,13 @@ def prepare(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
       attn prepare --config big.yaml --set data.cache_dir=/shared/attn-data && attn train --config big.yaml --set data.cache_dir=/shared/attn-data
     """
     # sentencepiece, numpy and the corpus readers: imported when run, not for --help
-    from attn_cli.data.prepare import prepare_data, read_splits, saved_tokenizers, train_or_load_tokenizers
+    from attn_cli.data.prepare import tokenizers_and_data
     from attn_cli.training.run_lock import run_directory_lock
 
     cfg = load_config(config, set_ or [])
     started = time.perf_counter()
     with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet
-        tokenizers = saved_tokenizers(cfg, stderr.print)
-        splits = None
-        if tokenizers is None:
-            splits = read_splits(cfg, stderr.print)
-            tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print)
-        prepared = prepare_data(cfg, tokenizers, stderr.print, splits)
+        _, prepared = tokenizers_and_data(cfg, stderr.print)
     stats = dict(prepared.stats, directory=str(prepared.directory), seconds=round(time.perf_counter() - started, 1))
     if as_json:
         print(json.dumps(stats, indent=1))

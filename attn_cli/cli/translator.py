@@ -66,8 +66,8 @@ def load_for_decoding(run: Path | None, checkpoint: Path | None, model: Path | N
         raise UserError("--model and --checkpoint each name a model; give one of them")
     from attn_cli.export.exported import load_exported
 
-    # One thread unless told: CTranslate2's multi-threaded mode ran 10 to 15 times slower than its
-    # single thread on the 2-core development machine (docs/decoding.md), never faster there.
+    # One thread unless told: CTranslate2's 2-thread mode ran 1.1 to 15 times slower than its single
+    # thread on the 2-core development machine (docs/benchmarks.md), never faster there.
     return load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1)
 
 

@@ -58,16 +58,29 @@ def saved_tokenizers(cfg: Config, log: Log = print) -> Tokenizers | None:
     return tokenizers
 
 
-def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: Splits | None = None) -> PreparedData:
+def tokenizers_and_data(cfg: Config, log: Log = print,
+                        tokenizers: Tokenizers | None = None) -> tuple[Tokenizers, PreparedData]:
+    """The tokenizers (`tokenizers`, else the run's saved ones, else trained on the corpus) and the
+    prepared data: the data stage of `attn train` and `attn prepare`."""
+    tokenizers = tokenizers if tokenizers is not None else saved_tokenizers(cfg, log)
+    splits, report = None, ReadReport()
+    if tokenizers is None:
+        splits = read_splits(cfg, log, report)
+        tokenizers = train_or_load_tokenizers(cfg, splits, log)
+    return tokenizers, prepare_data(cfg, tokenizers, log, splits, report)
+
+
+def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: Splits | None = None,
+                 report: ReadReport | None = None) -> PreparedData:
     """The prepared training data for this config and tokenizer: opened when an earlier start
-    prepared it, else read (unless `splits` are given), tokenized, filtered and saved. The run's
-    valid and test files are written from it."""
+    prepared it, else read (unless `splits` are given, with the `report` of their reading),
+    tokenized, filtered and saved. The run's valid and test files are written from it."""
     name = entry_name(cfg.data, tokenizers)
     prepared = open_prepared(cache_dir(cfg), name)
     if prepared is not None:
         log(f"data: reusing {prepared.directory} ({_describe(prepared.stats)})")
     else:
-        report = ReadReport()
+        report = report if report is not None else ReadReport()
         splits = splits if splits is not None else read_splits(cfg, log, report)
         train, dropped = filter_by_length(encode_pairs(splits.train, tokenizers), cfg.data.max_source_tokens,
                                           cfg.data.max_target_tokens, cfg.data.max_length_ratio)

@@ -32,6 +32,7 @@ from attn_cli.data.batching import Example
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file
 from attn_cli.data.corpus import Pair
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.files import write_whole
 
 FORMAT = 1
 _ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
@@ -121,13 +122,18 @@ def _content_hash(path: Path) -> str:
 
 
 def open_prepared(cache_dir: Path, name: str) -> Optional[PreparedData]:
-    """The complete entry `name` in `cache_dir`, or None when there is none."""
+    """The complete entry `name` in `cache_dir`, or None when there is none (or a damaged one, which
+    is removed so that it is prepared again)."""
     directory = cache_dir / name
     if not (directory / _MANIFEST).is_file():  # written last: without it, not an entry
         return None
-    manifest = json.loads((directory / _MANIFEST).read_text(encoding="utf-8"))
-    return PreparedData(TokenizedPairs.open(directory), _read_pairs(directory, "valid"), _read_pairs(directory, "test"),
-                        manifest["stats"], directory)
+    try:
+        manifest = json.loads((directory / _MANIFEST).read_text(encoding="utf-8"))
+        return PreparedData(TokenizedPairs.open(directory), _read_pairs(directory, "valid"),
+                            _read_pairs(directory, "test"), manifest["stats"], directory)
+    except (OSError, ValueError, KeyError):  # cut short by something other than attn, or changed by hand
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
 
 
 def save_prepared(cache_dir: Path, name: str, train: TokenizedPairs, valid: list[Pair], test: list[Pair],
@@ -139,18 +145,23 @@ def save_prepared(cache_dir: Path, name: str, train: TokenizedPairs, valid: list
         train.save(building)
         for split, pairs in (("valid", valid), ("test", test)):
             for side in (0, 1):
-                (building / f"{split}.{side}").write_text("".join(p[side].replace("\n", " ") + "\n" for p in pairs),
-                                                          encoding="utf-8")
-        (building / _MANIFEST).write_text(json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n",
-                                          encoding="utf-8")
+                write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
+        write_whole(building / _MANIFEST, json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n")
+        target = cache_dir / name
+        if target.exists() and open_prepared(cache_dir, name) is None:
+            shutil.rmtree(target, ignore_errors=True)  # not an entry: a directory of that name left by other means
         try:
-            os.rename(building, cache_dir / name)
-        except OSError:  # another process prepared the same entry first: theirs is as good
-            shutil.rmtree(building, ignore_errors=True)
+            os.rename(building, target)
+        except OSError:
+            if open_prepared(cache_dir, name) is None:
+                raise
+            shutil.rmtree(building, ignore_errors=True)  # another process prepared the same entry first
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    return open_prepared(cache_dir, name)
+    prepared = open_prepared(cache_dir, name)
+    assert prepared is not None, "an entry just written opens"
+    return prepared
 
 
 def _read_pairs(directory: Path, split: str) -> list[Pair]:

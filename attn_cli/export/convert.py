@@ -105,9 +105,16 @@ def _pieces(tokenizer: Tokenizer) -> list[str]:
     return tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
 
 
+def position_rows(config: Config) -> int:
+    """How many positions the exported table holds: a learned table's own, or sinusoidal rows enough."""
+    if config.model.positions == "learned":
+        return config.model.max_positions
+    return max(SINUSOIDAL_ROWS, config.model.max_positions)
+
+
 def _position_table(model: Transformer, config: Config) -> dict[str, np.ndarray]:
     """Each side's position vectors, row p for position p, exactly as the model adds them."""
-    rows = config.model.max_positions if config.model.positions == "learned" else max(SINUSOIDAL_ROWS, config.model.max_positions)
+    rows = position_rows(config)
     with torch.no_grad():
         return {side: getattr(model, f"{side}_positions")(0, rows).float().cpu().numpy() for side in ("src", "tgt")}
 

@@ -24,7 +24,7 @@ import yaml
 from attn_cli.config import Config, ConfigError, DecodeConfig, config_from_dict
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
-from attn_cli.export.convert import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2
+from attn_cli.export.convert import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2, position_rows
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -53,10 +53,10 @@ class ExportedModel:
         return results
 
     def _limit(self, source_length: int, options: DecodeConfig) -> int:
+        # Capped where the exported position table ends (a learned one ends where attn's does; a
+        # sinusoidal one, endless in attn, was written out to a fixed length), one row kept for the EOS.
         limit = int(options.max_len_a * source_length) + options.max_len_b
-        if self.config.model.positions == "learned":
-            limit = min(limit, self.config.model.max_positions - 1)  # where learned target positions end
-        return limit
+        return min(limit, position_rows(self.config) - 1)
 
     def _translate(self, batch: list[list[str]], limit: int, options: DecodeConfig) -> list[list[Hypothesis]]:
         target = self.tokenizers.target
@@ -75,7 +75,8 @@ class ExportedModel:
         # stops it without one, so the EOS's log-probability is added, to rank as in attn. And attn
         # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
         results = self.translator.translate_batch(batch, max_decoding_length=limit, min_decoding_length=0,
-                                                  return_scores=True, suppress_sequences=never, **searching)
+                                                  max_input_length=0, return_scores=True, suppress_sequences=never,
+                                                  **searching)
         found = []
         for source, result in zip(batch, results):
             at_limit = [pieces for pieces in result.hypotheses if len(pieces) >= limit]
@@ -96,7 +97,8 @@ class ExportedModel:
         if not prefixes:
             return []
         results = self.translator.translate_batch([source] * len(prefixes), target_prefix=prefixes, beam_size=1,
-                                                  max_decoding_length=limit + 1, return_logits_vocab=True)
+                                                  max_decoding_length=limit + 1, max_input_length=0,
+                                                  return_logits_vocab=True)
         found = []
         for result in results:
             logits = np.array(result.logits[0][-1], dtype=np.float64)  # the step after the prefix

@@ -16,8 +16,7 @@ import torch
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, config_to_yaml
 from attn_cli.data.batching import Example
 from attn_cli.data.corpus import DataError
-from attn_cli.data.prepare import (encode_pairs, open_data, prepare_data, read_splits, saved_tokenizers,
-                                   train_or_load_tokenizers)
+from attn_cli.data.prepare import encode_pairs, open_data, tokenizers_and_data
 from attn_cli.data.prepared import PreparedData, TokenizedPairs, remove_unfinished
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import remove_stale_temporaries, write_whole
@@ -227,12 +226,7 @@ def _data_and_tokenizers(cfg: Config, resumed: Optional[Checkpoint], display: Tr
         state = ranks.from_main(None)  # sent once rank 0 has prepared the data
         tokenizers = resumed.tokenizers if resumed is not None else Tokenizers.from_state(state)
         return open_data(cfg, tokenizers), tokenizers
-    tokenizers = resumed.tokenizers if resumed is not None else saved_tokenizers(cfg, display.log)
-    splits = None
-    if tokenizers is None:
-        splits = read_splits(cfg, display.log)
-        tokenizers = train_or_load_tokenizers(cfg, splits, display.log)
-    prepared = prepare_data(cfg, tokenizers, display.log, splits)
+    tokenizers, prepared = tokenizers_and_data(cfg, display.log, resumed.tokenizers if resumed is not None else None)
     ranks.from_main(tokenizers.to_state())
     return prepared, tokenizers
 
