@@ -73,6 +73,7 @@ def test_it_is_reused_until_the_corpus_a_filter_or_the_tokenizer_changes(setting
     assert entry_name(dataclasses.replace(cfg.data, cache_dir="/elsewhere"), tokenizers) in names, "where, not what"
     changed = prepare_data(cfg, tokenizers, log=lambda message: None)
     assert changed.directory != first.directory
+    assert not first.directory.exists(), "the run's own cache keeps only the entry in use"
 
 
 def test_a_preparation_cut_short_leaves_nothing_that_is_used(setting, monkeypatch):

@@ -16,7 +16,8 @@ import numpy as np
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, filter_by_length
 from attn_cli.data.corpus import Pair, ReadReport, Splits, load_splits
-from attn_cli.data.prepared import PreparedData, TokenizedPairs, entry_name, open_prepared, save_prepared
+from attn_cli.data.prepared import (PreparedData, TokenizedPairs, entry_name, open_prepared, remove_entries_but,
+                                    save_prepared)
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
 from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
@@ -93,6 +94,8 @@ def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: 
                  "source_tokens": _length_stats(pairs.src_lengths), "target_tokens": _length_stats(pairs.tgt_lengths)}
         prepared = save_prepared(cache_dir(cfg), name, pairs, splits.valid, splits.test, stats)
         log(f"data: prepared in {prepared.directory}")
+        if not cfg.data.cache_dir:  # the run's own: what an earlier corpus, filter or tokenizer made is spent
+            remove_entries_but(cache_dir(cfg), name)
     write_splits(cfg, prepared)
     return prepared
 

@@ -169,6 +169,13 @@ def _read_pairs(directory: Path, split: str) -> list[Pair]:
     return list(zip(*sides))
 
 
+def remove_entries_but(cache_dir: Path, name: str) -> None:
+    """Remove every entry in `cache_dir` but `name` (a run's own cache, under its lock)."""
+    for entry in cache_dir.iterdir():
+        if entry.is_dir() and entry.name != name and not entry.name.startswith("."):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
 def remove_unfinished(cache_dir: Path) -> None:
     """Entries a killed process left half-written (under the run's lock, for a run's own cache)."""
     if cache_dir.is_dir():
