@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
@@ -100,6 +102,20 @@ def write_whole(path: Path, data: str | bytes, label: Optional[str] = None) -> N
     """Write `data` (text as UTF-8) to `path` whole or not at all."""
     with written_whole(path, binary=isinstance(data, bytes), label=label) as handle:
         handle.write(data)
+
+
+@contextlib.contextmanager
+def directory_built_whole(target: Path) -> Iterator[Path]:
+    """A temporary directory beside `target` to build it in: renamed to `target` when the block ends
+    normally (which fails if `target` exists and is not an empty directory), removed when it raises."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX, dir=target.parent))
+    try:
+        yield building
+        os.rename(building, target)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
 
 
 def remove_stale_temporaries(directory: Path) -> None:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -32,7 +30,7 @@ from attn_cli.data.batching import Example
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file
 from attn_cli.data.corpus import Pair
 from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.files import write_whole
+from attn_cli.files import directory_built_whole, write_whole
 
 FORMAT = 1
 _ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
@@ -139,26 +137,20 @@ def open_prepared(cache_dir: Path, name: str) -> Optional[PreparedData]:
 def save_prepared(cache_dir: Path, name: str, train: TokenizedPairs, valid: list[Pair], test: list[Pair],
                   stats: dict) -> PreparedData:
     """Write the entry whole, into a temporary directory renamed into place, and open it."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=cache_dir))
+    target = cache_dir / name
+    if target.exists() and open_prepared(cache_dir, name) is None:
+        shutil.rmtree(target, ignore_errors=True)  # not an entry: a directory of that name left by other means
     try:
-        train.save(building)
-        for split, pairs in (("valid", valid), ("test", test)):
-            for side in (0, 1):
-                write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
-        write_whole(building / _MANIFEST, json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n")
-        target = cache_dir / name
-        if target.exists() and open_prepared(cache_dir, name) is None:
-            shutil.rmtree(target, ignore_errors=True)  # not an entry: a directory of that name left by other means
-        try:
-            os.rename(building, target)
-        except OSError:
-            if open_prepared(cache_dir, name) is None:
-                raise
-            shutil.rmtree(building, ignore_errors=True)  # another process prepared the same entry first
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
+        with directory_built_whole(target) as building:
+            train.save(building)
+            for split, pairs in (("valid", valid), ("test", test)):
+                for side in (0, 1):
+                    write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
+            write_whole(building / _MANIFEST, json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n")
+    except OSError:
+        if open_prepared(cache_dir, name) is None:
+            raise
+        # another process prepared the same entry first: theirs is as good
     prepared = open_prepared(cache_dir, name)
     assert prepared is not None, "an entry just written opens"
     return prepared

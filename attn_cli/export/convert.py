@@ -9,9 +9,6 @@ out as attn computes it (attn interleaves sin and cos; CTranslate2's built-in ta
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +17,7 @@ import torch
 from attn_cli.config import Config, config_to_yaml
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
 from attn_cli.errors import UserError
-from attn_cli.files import write_whole
+from attn_cli.files import directory_built_whole, write_whole
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, UNK_ID
 
@@ -60,20 +57,12 @@ def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: P
         raise ExportError(f"model.positions {config.model.positions!r} has no CTranslate2 equivalent that adds "
                           f"positions as attn does; export works for {' and '.join(EXPORTABLE_POSITIONS)} positions")
     spec = transformer_spec(config, tokenizers, model, ctranslate2)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    try:
+    with directory_built_whole(output) as building:  # renamed over an empty `output`, as POSIX allows
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(building))
         tokenizers.save(building / TOKENIZER_DIR)
         write_whole(building / CONFIG_FILE, config_to_yaml(config))
-        if output.exists():
-            output.rmdir()  # empty, checked above
-        os.replace(building, output)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
 
 
 def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer, ctranslate2):
