@@ -119,8 +119,12 @@ def directory_built_whole(target: Path) -> Iterator[Path]:
 
 
 def remove_stale_temporaries(directory: Path) -> None:
-    """Remove what writes cut short by a kill left in `directory`. Only for a directory no other
-    process writes into at the same time (a run directory, under its lock)."""
+    """Remove what writes cut short by a kill left in `directory`: temporary files, and directories
+    half built (`directory_built_whole`). Only for a directory no other process writes into at the
+    same time (a run directory, under its lock)."""
     if directory.is_dir():
         for stale in directory.glob(f".*{TEMPORARY_SUFFIX}"):
-            stale.unlink(missing_ok=True)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)

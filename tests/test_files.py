@@ -61,6 +61,8 @@ def test_a_directory_is_refused_and_a_link_is_kept(tmp_path):
 
 def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
     (tmp_path / ".last.pt.123.tmp").write_bytes(b"half")
+    (tmp_path / ".entry.123.tmp").mkdir()  # a directory half built
+    (tmp_path / ".entry.123.tmp" / "src_ids.npy").write_bytes(b"half")
     (tmp_path / "last.pt").write_bytes(b"whole")
     (tmp_path / "notes.tmp").write_bytes(b"the user's own")
     remove_stale_temporaries(tmp_path)

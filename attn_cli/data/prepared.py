@@ -166,10 +166,3 @@ def remove_entries_but(cache_dir: Path, name: str) -> None:
     for entry in cache_dir.iterdir():
         if entry.is_dir() and entry.name != name and not entry.name.startswith("."):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def remove_unfinished(cache_dir: Path) -> None:
-    """Entries a killed process left half-written (under the run's lock, for a run's own cache)."""
-    if cache_dir.is_dir():
-        for unfinished in cache_dir.glob(".*.tmp"):
-            shutil.rmtree(unfinished, ignore_errors=True)

@@ -17,7 +17,7 @@ from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, config_to_yaml
 from attn_cli.data.batching import Example
 from attn_cli.data.corpus import DataError
 from attn_cli.data.prepare import encode_pairs, open_data, tokenizers_and_data
-from attn_cli.data.prepared import PreparedData, TokenizedPairs, remove_unfinished
+from attn_cli.data.prepared import PreparedData, TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import remove_stale_temporaries, write_whole
 from attn_cli.model import Transformer
@@ -207,9 +207,8 @@ def _prepare_run_dir(paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
     # Under the run directory's lock no other process writes here: a temporary file is what a
     # write cut short by a kill left behind.
-    for directory in (paths.root, paths.checkpoint_dir, paths.tokenizer_dir, paths.data_dir):
+    for directory in (paths.root, paths.checkpoint_dir, paths.tokenizer_dir, paths.data_dir, paths.prepared_dir):
         remove_stale_temporaries(directory)
-    remove_unfinished(paths.prepared_dir)
     if resumed is not None:
         _keep_metrics_up_to(paths.metrics_log, resumed.step)
     else:
