@@ -68,7 +68,7 @@ from attn_cli.config import load_config  # noqa: E402
 from attn_cli.data.batching import Example, collate, filter_by_length, token_batches  # noqa: E402
 from attn_cli.model import Transformer, build_model  # noqa: E402
 from attn_cli.training.precision import Precision  # noqa: E402
-from attn_cli.data.prepare import read_splits, train_or_load_tokenizers  # noqa: E402
+from attn_cli.data.prepare import read_split, train_or_load_tokenizers  # noqa: E402
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from attn_cli.data.prepare import encode_pairs  # noqa: E402
 from attn_cli.training.setup import inverse_sqrt_schedule  # noqa: E402
@@ -260,11 +260,11 @@ def tatoeba_examples(args: argparse.Namespace):
     cwd = os.getcwd()
     os.chdir(REPO)  # the corpus path is relative to the repository root
     try:
-        splits = read_splits(cfg, print)
-        tokenizers = train_or_load_tokenizers(cfg, splits, print)
+        split = read_split(cfg, print)
+        tokenizers = train_or_load_tokenizers(cfg, split, print)
+        examples = encode_pairs(list(split.train_pairs()), tokenizers)
     finally:
         os.chdir(cwd)
-    examples = encode_pairs(splits.train, tokenizers)
     examples, _ = filter_by_length(examples, cfg.data.max_source_tokens, cfg.data.max_target_tokens,
                                    cfg.data.max_length_ratio)
     return cfg, examples, tokenizers.source.vocab_size

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from attn_cli.config import CorpusConfig, DataConfig
-from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, load_splits, read_corpus, split_pairs
+from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, read_corpus
+from attn_cli.data.split import split_corpus
 from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -252,26 +253,69 @@ def duplicated_pairs() -> list[tuple[str, str]]:
     return [(f"sentence {s}", f"翻译 {s}-{t}") for s in range(120) for t in range(rng.randint(1, 4))]
 
 
-def test_split_sizes_and_no_source_leaks_across_splits() -> None:
+def split_of(tmp_path: Path, pairs: list[tuple[str, str]], **data: object) -> tuple[list, list, list]:
+    """(train, valid, test) of `pairs` written as a TSV file and split as a stream."""
+    path = tmp_path / f"corpus-{len(list(tmp_path.iterdir()))}.tsv"
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    split = split_corpus(DataConfig(corpus=tsv_cfg(str(path)), **data))
+    return list(split.train_pairs()), split.valid, split.test
+
+
+def in_memory_split(pairs: list[tuple[str, str]], valid_size: int, test_size: int, seed: int) -> tuple[list, list]:
+    """(valid, test) as a split of the whole corpus held in memory makes them: groups of pairs by
+    source in order of first appearance, shuffled, whole groups taken for test, then for valid."""
+    groups: dict[str, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0], []).append(pair)
+    shuffled = list(groups.values())
+    random.Random(seed).shuffle(shuffled)
+    taken: list[list] = [[], []]
+    for part, size in ((1, test_size), (0, valid_size)):
+        while len(taken[part]) < size and shuffled:
+            taken[part].extend(shuffled.pop(0))
+    return taken[0], taken[1]
+
+
+def test_split_sizes_and_no_source_leaks_across_splits(tmp_path: Path) -> None:
     pairs = duplicated_pairs()
-    splits = split_pairs(pairs, valid_size=30, test_size=40, seed=3)
+    train, valid, test = split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)
     # Filled with whole groups of at most 4: reaches the size, exceeds it by less than a group.
-    assert 40 <= len(splits.test) < 44 and 30 <= len(splits.valid) < 34
-    sources = [{src for src, _ in part} for part in (splits.train, splits.valid, splits.test)]
+    assert 40 <= len(test) < 44 and 30 <= len(valid) < 34
+    sources = [{src for src, _ in part} for part in (train, valid, test)]
     assert not (sources[0] & sources[1]) and not (sources[0] & sources[2]) and not (sources[1] & sources[2])
-    assert Counter(splits.train + splits.valid + splits.test) == Counter(pairs)
+    assert Counter(train + valid + test) == Counter(pairs)
+    assert train == [pair for pair in pairs if pair in set(train)], "training pairs in corpus order"
 
 
-def test_split_is_repeatable_per_seed() -> None:
+def test_the_streamed_split_is_the_split_of_the_corpus_held_in_memory(tmp_path: Path) -> None:
     pairs = duplicated_pairs()
-    assert split_pairs(pairs, 30, 40, seed=3) == split_pairs(pairs, 30, 40, seed=3)
-    assert split_pairs(pairs, 30, 40, seed=3).test != split_pairs(pairs, 30, 40, seed=4).test
+    random.Random(1).shuffle(pairs)  # a source's translations scattered through the corpus
+    for seed, valid_size, test_size in ((3, 30, 40), (4, 1, 0), (5, 0, 7), (6, 100, 100)):
+        _, valid, test = split_of(tmp_path, pairs, valid_size=valid_size, test_size=test_size, split_seed=seed)
+        assert (valid, test) == in_memory_split(pairs, valid_size, test_size, seed)
 
 
-def test_split_too_small_corpus_raises() -> None:
+def test_split_is_repeatable_per_seed(tmp_path: Path) -> None:
+    pairs = duplicated_pairs()
+    assert split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3) == \
+        split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)
+    assert split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)[2] != \
+        split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=4)[2]
+
+
+def test_split_too_small_corpus_raises(tmp_path: Path) -> None:
     pairs = [("a", "甲"), ("b", "乙"), ("b", "乙二")]
-    with pytest.raises(DataError, match="data.valid_size=1.*data.test_size=1"):
-        split_pairs(pairs, valid_size=1, test_size=1, seed=0)
+    with pytest.raises(DataError, match="data.valid_size=1.*data.test_size=1.*3 pairs with 2 distinct"):
+        split_of(tmp_path, pairs, valid_size=1, test_size=1, split_seed=0)
+
+
+def test_a_corpus_that_changes_between_the_passes_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.tsv"
+    path.write_text("".join(f"s{i}\tt{i}\n" for i in range(20)), encoding="utf-8")
+    split = split_corpus(DataConfig(corpus=tsv_cfg(str(path)), valid_size=2, test_size=2))
+    path.write_text("".join(f"s{i}\tt{i}\n" for i in range(25)), encoding="utf-8")
+    with pytest.raises(DataError, match="changed while it was being prepared"):
+        list(split.train_pairs())
 
 
 def length_sorted_tsv(path: Path, count: int) -> str:
@@ -279,25 +323,35 @@ def length_sorted_tsv(path: Path, count: int) -> str:
     return write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-def test_load_splits_max_pairs_samples_the_whole_corpus(tmp_path: Path) -> None:
+def test_max_pairs_samples_the_whole_corpus(tmp_path: Path) -> None:
     path = length_sorted_tsv(tmp_path / "sorted.tsv", 200)
     cfg = DataConfig(corpus=tsv_cfg(path), max_pairs=50, valid_size=5, test_size=5, split_seed=2)
-    splits = load_splits(cfg)
-    sampled = splits.train + splits.valid + splits.test
-    assert len(sampled) == 50 and len(set(sampled)) == 50
+    split = split_corpus(cfg)
+    sampled = list(split.train_pairs()) + split.valid + split.test
+    assert len(sampled) == 50 and len(set(sampled)) == 50 and split.train_count == 40
     # A head slice would hold only the 50 shortest lines.
     assert max(len(tgt) for _, tgt in sampled) > 100
-    assert load_splits(cfg) == splits
+    again = split_corpus(cfg)
+    assert (list(again.train_pairs()), again.valid, again.test) == (list(split.train_pairs()), split.valid, split.test)
 
 
-def test_load_splits_uses_given_valid_and_test_corpora(tmp_path: Path) -> None:
+def test_given_valid_and_test_corpora_are_used(tmp_path: Path) -> None:
     train = length_sorted_tsv(tmp_path / "train.tsv", 30)
     valid = write_bytes(tmp_path / "valid.tsv", "V.\t五。\n".encode("utf-8"))
     test = write_bytes(tmp_path / "test.tsv", "T.\t题。\n".encode("utf-8"))
-    both = load_splits(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_corpus=tsv_cfg(test)))
-    assert len(both.train) == 30 and both.valid == [("V.", "五。")] and both.test == [("T.", "题。")]
-    only_valid = load_splits(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_size=4))
-    assert only_valid.valid == [("V.", "五。")] and len(only_valid.test) == 4 and len(only_valid.train) == 26
+    both = split_corpus(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_corpus=tsv_cfg(test)))
+    assert len(list(both.train_pairs())) == 30 and both.valid == [("V.", "五。")] and both.test == [("T.", "题。")]
+    only_valid = split_corpus(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_size=4))
+    assert only_valid.valid == [("V.", "五。")] and len(only_valid.test) == 4
+    assert len(list(only_valid.train_pairs())) == only_valid.train_count == 26
+
+
+def test_malformed_lines_are_reported_once_however_often_the_corpus_is_read(messy_tsv: str) -> None:
+    report = ReadReport()
+    split = split_corpus(DataConfig(corpus=tsv_cfg(messy_tsv), valid_size=0, test_size=0), report)
+    skipped = list(report.skipped)
+    assert skipped and len(list(split.train_pairs())) == split.train_count == report.read
+    assert report.skipped == skipped
 
 
 # ---------------------------------------------------------------------------------------------

@@ -211,3 +211,41 @@ def test_torchrun_environment_is_read_only_for_more_than_one_process():
     assert torchrun_environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (3, 4, 1)
     assert Ranks(rank=1, world_size=3).share([10, 11, 12, 13, 14]) == [11, 14]
     assert Ranks(rank=2, world_size=3).share([10, 11]) == []
+
+
+def test_each_process_reads_only_its_own_sentences_of_each_batch(tmp_path):
+    """Each process takes its share of a batch from the memory-mapped pairs, and the two shares are
+    disjoint and whole; counting the update's tokens reads no pair's ids at all."""
+    from types import SimpleNamespace
+
+    from attn_cli.data.batching import token_batches
+    from attn_cli.data.prepared import TokenizedPairs, TokenizedPairsWriter
+
+    rows = [list(range(1, 2 + i % 9)) for i in range(60)]
+    writer = TokenizedPairsWriter(tmp_path)
+    writer.add(rows, [row + [7] for row in rows])
+
+    class Recorded(TokenizedPairs):
+        read: list[int] = []
+
+        def __getitem__(self, i):
+            self.read.append(int(i))
+            return super().__getitem__(i)
+
+    pairs = writer.finish()
+    recorded = Recorded(pairs.src_ids, pairs.src_offsets, pairs.tgt_ids, pairs.tgt_offsets)
+    batches = [b.tolist() for b in token_batches(pairs, 60, shuffle=True, seed=1) if len(b) >= WORLD_SIZE]
+    assert batches, "batches of several sentences"
+    for positions in batches:
+        shares = []
+        for rank in range(WORLD_SIZE):
+            Recorded.read = []
+            trainer = SimpleNamespace(ranks=Ranks(rank=rank, world_size=WORLD_SIZE), train_examples=recorded, device=CPU)
+            batch = Trainer._local_batch(trainer, positions)
+            assert batch.indices == Recorded.read  # what the batch holds is what was read
+            shares.append(set(Recorded.read))
+        assert not shares[0] & shares[1] and shares[0] | shares[1] == set(positions)
+        Recorded.read = []
+        trainer = SimpleNamespace(train_examples=recorded)
+        expected = sum(len(rows[p]) * 2 + 1 + 2 for p in positions)
+        assert Trainer._tokens_of(trainer, [positions]) == expected and Recorded.read == []

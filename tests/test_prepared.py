@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from attn_cli.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from attn_cli.data import prepare as prepare_module
 from attn_cli.data.batching import collate, token_batches
 from attn_cli.data.prepare import encode_pairs, prepare_data
-from attn_cli.data.prepared import TokenizedPairs, entry_name, open_prepared
+from attn_cli.data.prepared import TokenizedPairsWriter, entry_name, open_prepared
 from attn_cli.data.tokenizer import train_tokenizers
 
 PAIRS = [(f"sentence number {i} " + "word " * (i % 12), f"句子{i}号" + "字" * (i % 5)) for i in range(240)]
@@ -31,18 +32,21 @@ def setting(tmp_path):
 def _no_reading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the corpus was read again")
-    monkeypatch.setattr(prepare_module, "read_splits", refuse)
+    monkeypatch.setattr(prepare_module, "read_split", refuse)
 
 
-def test_the_prepared_pairs_are_the_tokenized_and_filtered_split(setting):
+@pytest.mark.parametrize("chunk", [20_000, 7])
+def test_the_prepared_pairs_are_the_tokenized_and_filtered_split(setting, monkeypatch, chunk):
     cfg, tokenizers, _ = setting
+    monkeypatch.setattr(prepare_module, "_ENCODE_CHUNK", chunk)  # one chunk, or many of uneven lengths
     prepared = prepare_data(cfg, tokenizers, log=lambda message: None)
-    splits = prepare_module.read_splits(cfg, log=lambda message: None)
-    kept = [e for e in encode_pairs(splits.train, tokenizers) if 1 <= len(e.src) <= 22 and 1 <= len(e.tgt) <= 128
+    split = prepare_module.read_split(cfg, log=lambda message: None)
+    train = list(split.train_pairs())
+    kept = [e for e in encode_pairs(train, tokenizers) if 1 <= len(e.src) <= 22 and 1 <= len(e.tgt) <= 128
             and max(len(e.src), len(e.tgt)) / min(len(e.src), len(e.tgt)) <= cfg.data.max_length_ratio]
-    assert 0 < len(prepared.train) == len(kept) < len(splits.train)
+    assert 0 < len(prepared.train) == len(kept) < len(train) == split.train_count
     assert [(e.src, e.tgt) for e in prepared.train] == [(e.src, e.tgt) for e in kept]
-    assert prepared.valid == splits.valid and prepared.test == splits.test
+    assert prepared.valid == split.valid and prepared.test == split.test
     assert isinstance(prepared.train.src_ids, np.memmap), "opened memory-mapped"
     # Batches planned from the length arrays are those planned from the examples themselves.
     for shuffle in (False, True):
@@ -78,27 +82,31 @@ def test_it_is_reused_until_the_corpus_a_filter_or_the_tokenizer_changes(setting
 
 def test_a_preparation_cut_short_leaves_nothing_that_is_used(setting, monkeypatch):
     cfg, tokenizers, _ = setting
-    original = TokenizedPairs.save
+    original = TokenizedPairsWriter.finish
 
-    def killed_midway(self, directory):
-        np.save(directory / "src_ids.npy", self.src_ids)  # part of the arrays, then the end
+    def killed_midway(self):
+        np.save(self.directory / "src_offsets.npy", np.zeros(3, dtype=np.int64))  # part of the arrays, then the end
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(TokenizedPairs, "save", killed_midway)
+    monkeypatch.setattr(TokenizedPairsWriter, "finish", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, tokenizers, log=lambda message: None)
-    monkeypatch.setattr(TokenizedPairs, "save", original)
+    monkeypatch.setattr(TokenizedPairsWriter, "finish", original)
     cache = prepare_module.cache_dir(cfg)
     assert os.listdir(cache) == [] and open_prepared(cache, entry_name(cfg.data, tokenizers)) is None
     # An entry without its manifest (a copy cut short, say) is not one either, nor one whose arrays
     # are damaged: each is prepared again.
     name = entry_name(cfg.data, tokenizers)
     (cache / name).mkdir()
-    (cache / name / "src_ids.npy").write_bytes(b"half")
+    (cache / name / "src_ids.bin").write_bytes(b"half")
     assert open_prepared(cache, name) is None
     prepared = prepare_data(cfg, tokenizers, log=lambda message: None)
     assert prepared.directory == cache / name and len(prepared.train) > 0
     (cache / name / "tgt_offsets.npy").write_bytes(b"damaged")
+    assert open_prepared(cache, name) is None and not (cache / name).exists()
+    prepare_data(cfg, tokenizers, log=lambda message: None)
+    with (cache / name / "src_ids.bin").open("ab") as longer:  # ids that the offsets do not account for
+        longer.write(b"\0\0\0\0")
     assert open_prepared(cache, name) is None and not (cache / name).exists()
     assert len(prepare_data(cfg, tokenizers, log=lambda message: None).train) == len(prepared.train)
 
@@ -111,3 +119,16 @@ def test_malformed_lines_are_counted_by_reason_when_the_tokenizer_is_trained_fir
         more.write("no tab on this line\n\tno source\n")
     _, prepared = tokenizers_and_data(cfg, log=lambda message: None)
     assert sum(prepared.stats["skipped_lines"].values()) == 2, prepared.stats["skipped_lines"]
+
+
+def test_the_tokenizer_sample_is_seeded_uniform_and_whole_when_small():
+    from attn_cli.data.prepare import reservoir_sample
+
+    items = [(str(i), str(i)) for i in range(100)]
+    assert reservoir_sample(iter(items), 100, seed=1) == items == reservoir_sample(iter(items), 500, seed=1)
+    sample = reservoir_sample(iter(items), 10, seed=1)
+    assert len(set(sample)) == 10 and sample == reservoir_sample(iter(items), 10, seed=1)
+    assert sample != reservoir_sample(iter(items), 10, seed=2)
+    # Uniform: over many seeds each item is drawn about 10% of the time, the last ones as often as the first.
+    drawn = Counter(item for seed in range(2000) for item in reservoir_sample(iter(items), 10, seed))
+    assert len(drawn) == 100 and min(drawn.values()) > 130 and max(drawn.values()) < 280

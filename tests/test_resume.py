@@ -97,7 +97,7 @@ def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run,
         log.write('{"step": 20, "valid_lo')
 
     with monkeypatch.context() as prepared_once:  # the resume trains on the data prepared at the start
-        prepared_once.setattr(prepare, "read_splits", data_gone)
+        prepared_once.setattr(prepare, "read_split", data_gone)
         second = train(resumed, "--resume", "--set", "train.max_steps=30")
     assert second.exit_code == 0, second.output
     assert "resume: train.max_steps: 15 -> 30" in second.output

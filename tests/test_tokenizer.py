@@ -53,12 +53,15 @@ def test_switching_to_separate_vocabularies_leaves_no_stale_joint_model(tmp_path
 
 
 def test_a_reused_tokenizer_must_match_the_config(tmp_path):
-    from attn_cli.config import Config, ConfigError
-    from attn_cli.data.corpus import Splits
+    from attn_cli.config import Config, ConfigError, CorpusConfig, DataConfig
     from attn_cli.data.prepare import train_or_load_tokenizers
+    from attn_cli.data.split import split_corpus
 
-    cfg = Config(run_dir=str(tmp_path), tokenizer=CONFIG)
-    splits = Splits(train=list(zip(ENGLISH, CHINESE)), valid=[], test=[])
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"{en}\t{zh}\n" for en, zh in zip(ENGLISH, CHINESE)), encoding="utf-8")
+    cfg = Config(run_dir=str(tmp_path), tokenizer=CONFIG,
+                 data=DataConfig(corpus=CorpusConfig(path=str(corpus)), valid_size=0, test_size=0))
+    splits = split_corpus(cfg.data)
     first = train_or_load_tokenizers(cfg, splits, log=lambda _: None)
     assert train_or_load_tokenizers(cfg, splits, log=lambda _: None).source.model_proto == first.source.model_proto
     bigger = dataclasses.replace(cfg, tokenizer=dataclasses.replace(CONFIG, vocab_size=400))

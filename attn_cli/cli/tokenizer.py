@@ -21,14 +21,14 @@ def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption
       attn tokenizer --config en-zh.yaml --set tokenizer.vocab_size=16000 --retrain
     """
     # sentencepiece and datasets: imported when run, not for --help
-    from attn_cli.data.prepare import read_splits, train_or_load_tokenizers, write_splits
+    from attn_cli.data.prepare import read_split, train_or_load_tokenizers, write_splits
     from attn_cli.training.run_lock import run_directory_lock
 
     cfg = load_config(config, set_ or [])
     with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet
-        splits = read_splits(cfg, stderr.print)
-        write_splits(cfg, splits)
-        tokenizers = train_or_load_tokenizers(cfg, splits, stderr.print, retrain=retrain)
-    sample = splits.train[0] if splits.train else ("Hello, world.", "你好，世界。")
+        split = read_split(cfg, stderr.print)
+        write_splits(cfg, split)
+        tokenizers = train_or_load_tokenizers(cfg, split, stderr.print, retrain=retrain)
+    sample = next(split.train_pairs(), ("Hello, world.", "你好，世界。"))
     tell(f"example: {' '.join(tokenizers.source.encode_pieces([sample[0]])[0])}  |  "
          f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}")

@@ -22,16 +22,22 @@ class Example:
     tgt: list[int]  # token ids, no BOS/EOS; empty for source-only decoding input
 
 
+def within_length_limits(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_source_tokens: int,
+                         max_target_tokens: int, max_length_ratio: float) -> np.ndarray:
+    """Which pairs (token counts without EOS) a training set keeps: both sides within their limits
+    and neither more than `max_length_ratio` times as long as the other."""
+    src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
+    in_range = (src >= 1) & (src <= max_source_tokens) & (tgt >= 1) & (tgt <= max_target_tokens)
+    ratio = np.maximum(src, tgt) / np.maximum(np.minimum(src, tgt), 1)
+    return in_range & (ratio <= max_length_ratio)
+
+
 def filter_by_length(examples: list[Example], max_source_tokens: int, max_target_tokens: int,
                      max_length_ratio: float) -> tuple[list[Example], int]:
     """Training examples within the length limits and ratio; returns them and how many were dropped."""
-    def keep(example: Example) -> bool:
-        src_len, tgt_len = len(example.src), len(example.tgt)
-        if not (1 <= src_len <= max_source_tokens and 1 <= tgt_len <= max_target_tokens):
-            return False
-        return max(src_len, tgt_len) / min(src_len, tgt_len) <= max_length_ratio
-
-    kept = [example for example in examples if keep(example)]
+    keep = within_length_limits([len(e.src) for e in examples], [len(e.tgt) for e in examples],
+                                max_source_tokens, max_target_tokens, max_length_ratio)
+    kept = [example for example, kept in zip(examples, keep.tolist()) if kept]
     return kept, len(examples) - len(kept)
 
 

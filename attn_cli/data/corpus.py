@@ -1,9 +1,8 @@
-"""Parallel corpora: reading and splitting.
+"""Parallel corpora, read as streams.
 
-Readers turn a `CorpusConfig` into a list of (source, target) string pairs. Malformed lines are
+Readers turn a `CorpusConfig` into a stream of (source, target) string pairs. Malformed lines are
 skipped and recorded in a `ReadReport` (or raise `DataError` in strict mode) so one bad line never
-costs a whole corpus. `split_pairs` carves valid/test sets off a corpus without letting a source
-sentence leak across splits.
+costs a whole corpus.
 """
 
 from __future__ import annotations
@@ -13,12 +12,11 @@ import gzip
 import itertools
 import json
 import lzma
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional
 
-from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.config import CorpusConfig
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_names
 from attn_cli.errors import UserError
 
@@ -73,26 +71,26 @@ class _Skipper:
 # Reading
 
 
-def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
-                config_key: str = "data.corpus") -> list[Pair]:
-    """Read all (source, target) pairs that `cfg` describes, with surrounding whitespace stripped.
+def iter_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
+                config_key: str = "data.corpus") -> Iterator[Pair]:
+    """The (source, target) pairs that `cfg` describes, surrounding whitespace stripped, read as a
+    stream: a corpus of any size costs the memory of one line (or one batch of dataset rows).
 
     `config_key` is the YAML path of `cfg`, used only in error messages (e.g. "data.valid_corpus").
     """
-    skipper = _Skipper(strict, report)
-    if cfg.format == "tsv":
-        pairs = _read_tsv(cfg, skipper, config_key)
-    elif cfg.format == "jsonl":
-        pairs = _read_jsonl(cfg, skipper, config_key)
-    elif cfg.format == "text":
-        pairs = _read_text(cfg, skipper, config_key)
-    elif cfg.format == "hf":
-        pairs = _read_hf(cfg, skipper, config_key)
-    else:
+    readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "hf": _read_hf}
+    if cfg.format not in readers:
         raise DataError(f"{config_key}.format: {cfg.format!r} is not one of 'tsv', 'jsonl', 'text', 'hf'")
-    if report is not None:
-        report.read += len(pairs)
-    return pairs
+    for pair in readers[cfg.format](cfg, _Skipper(strict, report), config_key):
+        if report is not None:
+            report.read += 1
+        yield pair
+
+
+def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
+                config_key: str = "data.corpus") -> list[Pair]:
+    """All pairs of a corpus small enough to hold in memory: a validation or test corpus."""
+    return list(iter_corpus(cfg, strict, report, config_key))
 
 
 # Compressed corpora are read through these, by the file's suffix; any other file as it is.
@@ -153,9 +151,8 @@ def _decoded_lines(path: Optional[str], key: str, skipper: _Skipper) -> Iterable
         yield number, line
 
 
-def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
     needed = max(cfg.src_column, cfg.tgt_column) + 1
-    pairs: list[Pair] = []
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
         if not line.strip() and "\t" not in line:
@@ -169,8 +166,7 @@ def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        pairs.append((src, tgt))
-    return pairs
+        yield src, tgt
 
 
 _MISSING = object()
@@ -211,8 +207,7 @@ def _not_encodable(src: str, tgt: str) -> Optional[str]:
     return None
 
 
-def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
-    pairs: list[Pair] = []
+def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         if not line.strip():
             continue
@@ -228,8 +223,7 @@ def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        pairs.append(pair)
-    return pairs
+        yield pair
 
 
 def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]:
@@ -247,8 +241,7 @@ def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]
         yield src_raw, tgt_raw
 
 
-def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
-    pairs: list[Pair] = []
+def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
     for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key), start=1):
         src, tgt = _decode(src_raw), _decode(tgt_raw)
         if src is None or tgt is None:
@@ -260,26 +253,30 @@ def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
         if not src or not tgt:
             skipper.skip(cfg.src_path if not src else cfg.tgt_path, number, _empty_side(src, tgt))
             continue
-        pairs.append((src, tgt))
-    return pairs
+        yield src, tgt
 
 
-def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> list[Pair]:
+# Rows of a dataset taken from its Arrow table at a time: Python objects for these only.
+_HF_ROWS_AT_A_TIME = 10_000
+
+
+def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
     dataset = _open_hf_dataset(cfg, key)
     source = f"hf:{cfg.path or cfg.hf_name}"
-    src_column = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")
-    tgt_column = _hf_column(dataset, cfg.tgt_field, source, f"{key}.tgt_field")
-    src_top, tgt_top = cfg.src_field.split(".")[0], cfg.tgt_field.split(".")[0]
-    pairs: list[Pair] = []
-    for row, (src_value, tgt_value) in enumerate(zip(src_column, tgt_column), start=1):
-        # Rebuild a minimal row so dotted names resolve exactly as they do for JSON lines.
-        record = {src_top: src_value, tgt_top: tgt_value}
-        pair, problem = _pair_from_record(record, cfg.src_field, cfg.tgt_field)
-        if problem:
-            skipper.skip(source, row, problem)
-            continue
-        pairs.append(pair)
-    return pairs
+    src_top = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")
+    tgt_top = _hf_column(dataset, cfg.tgt_field, source, f"{key}.tgt_field")
+    rows = dataset.select_columns(sorted({src_top, tgt_top})).iter(batch_size=_HF_ROWS_AT_A_TIME)
+    row = 0
+    for batch in rows:
+        for src_value, tgt_value in zip(batch[src_top], batch[tgt_top]):
+            row += 1
+            # Rebuild a minimal row so dotted names resolve exactly as they do for JSON lines.
+            record = {src_top: src_value, tgt_top: tgt_value}
+            pair, problem = _pair_from_record(record, cfg.src_field, cfg.tgt_field)
+            if problem:
+                skipper.skip(source, row, problem)
+                continue
+            yield pair
 
 
 def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
@@ -313,87 +310,10 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> Iterable[Any]:
+def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> str:
     """The top-level column that `dotted` starts in; a missing column is a config error, not a bad row."""
     top = dotted.split(".")[0]
     if top not in dataset.column_names:
         raise DataError(f"{source}: no column {top!r} for {key}={dotted!r} "
                         f"(available columns: {', '.join(dataset.column_names)})")
-    return dataset[top]
-
-
-# ---------------------------------------------------------------------------------------------
-# Splitting
-
-
-@dataclass
-class Splits:
-    train: list[Pair]
-    valid: list[Pair]
-    test: list[Pair]
-
-
-def _groups_by_source(pairs: Sequence[Pair]) -> list[list[Pair]]:
-    """Pairs grouped by source sentence, groups in order of first appearance."""
-    groups: dict[str, list[Pair]] = {}
-    for pair in pairs:
-        groups.setdefault(pair[0], []).append(pair)
-    return list(groups.values())
-
-
-def _take_groups(groups: list[list[Pair]], start: int, size: int) -> tuple[list[Pair], int]:
-    """Whole groups from `start` until at least `size` pairs are taken; returns them and the next start."""
-    taken: list[Pair] = []
-    while len(taken) < size and start < len(groups):
-        taken.extend(groups[start])
-        start += 1
-    return taken, start
-
-
-def split_pairs(pairs: Sequence[Pair], valid_size: int, test_size: int, seed: int) -> Splits:
-    """Seeded split into train/valid/test, keeping all translations of a source sentence together.
-
-    Test is filled first, then valid, with whole groups of pairs sharing a source sentence, until
-    each holds at least its size; so a split may exceed its size by less than its last group (a
-    group of one adds nothing extra). Everything left is train, in shuffled order.
-    """
-    groups = _groups_by_source(pairs)
-    random.Random(seed).shuffle(groups)
-    test, next_group = _take_groups(groups, 0, test_size)
-    valid, next_group = _take_groups(groups, next_group, valid_size)
-    train = [pair for group in groups[next_group:] for pair in group]
-    if not train:
-        raise DataError(f"data.valid_size={valid_size} and data.test_size={test_size} leave no training data: "
-                        f"the corpus has {len(pairs)} pairs with {len(groups)} distinct source sentences; "
-                        "lower the sizes or use a larger corpus")
-    return Splits(train=train, valid=valid, test=test)
-
-
-def sample_pairs(pairs: Sequence[Pair], count: int, seed: int) -> list[Pair]:
-    """A seeded random subset of `count` pairs in corpus order (a head slice of a length-sorted
-    corpus would hold only short sentences)."""
-    if count >= len(pairs):
-        return list(pairs)
-    chosen = sorted(random.Random(seed).sample(range(len(pairs)), count))
-    return [pairs[i] for i in chosen]
-
-
-def load_splits(cfg: DataConfig, report: Optional[ReadReport] = None) -> Splits:
-    """Train/valid/test pairs: separate corpora where configured, otherwise split off `cfg.corpus`."""
-    pairs = read_corpus(cfg.corpus, cfg.strict, report, "data.corpus")
-    if cfg.max_pairs is not None:
-        pairs = sample_pairs(pairs, cfg.max_pairs, cfg.split_seed)
-    valid = read_corpus(cfg.valid_corpus, cfg.strict, report, "data.valid_corpus") if cfg.valid_corpus else None
-    test = read_corpus(cfg.test_corpus, cfg.strict, report, "data.test_corpus") if cfg.test_corpus else None
-    if valid is not None and test is not None:
-        return Splits(train=pairs, valid=valid, test=test)
-    carved = split_pairs(pairs,
-                         valid_size=0 if valid is not None else cfg.valid_size,
-                         test_size=0 if test is not None else cfg.test_size,
-                         seed=cfg.split_seed)
-    return Splits(train=carved.train,
-                  valid=valid if valid is not None else carved.valid,
-                  test=test if test is not None else carved.test)
-
-
-# ---------------------------------------------------------------------------------------------
+    return top

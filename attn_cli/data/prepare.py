@@ -7,34 +7,40 @@ anyone else can score against exactly the sentences the model never trained on.
 
 from __future__ import annotations
 
+import itertools
+import random
 from collections import Counter
 from pathlib import Path
-from typing import Callable
-
-import numpy as np
+from typing import Callable, Iterable, Iterator, Optional
 
 from attn_cli.config import Config, ConfigError
-from attn_cli.data.batching import Example, filter_by_length
-from attn_cli.data.corpus import Pair, ReadReport, Splits, load_splits
-from attn_cli.data.prepared import (PreparedData, TokenizedPairs, entry_name, open_prepared, remove_entries_but,
-                                    save_prepared)
+from attn_cli.data.batching import Example, within_length_limits
+from attn_cli.data.corpus import Pair, ReadReport
+from attn_cli.data.prepared import (PreparedData, TokenizedPairsWriter, entry_name, open_prepared,
+                                    remove_entries_but, save_prepared)
+from attn_cli.data.progress import StageProgress
+from attn_cli.data.split import CorpusSplit, split_corpus
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
 from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 
 Log = Callable[[str], None]
 
+# Training pairs tokenized at a time: large enough for SentencePiece's threads, small in memory.
+_ENCODE_CHUNK = 20_000
 
-def read_splits(cfg: Config, log: Log = print, report: ReadReport | None = None) -> Splits:
+
+def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = None) -> CorpusSplit:
+    """The corpus split three ways, read as a stream (attn_cli/data/split.py)."""
     report = report if report is not None else ReadReport()
-    splits = load_splits(cfg.data, report)
+    split = split_corpus(cfg.data, report, StageProgress(log).track)
     if report.skipped:
         log(report.summary())
-    log(f"corpus: {len(splits.train):,} training, {len(splits.valid):,} validation, {len(splits.test):,} test pairs")
-    return splits
+    log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
+    return split
 
 
-def write_splits(cfg: Config, splits: Splits | PreparedData) -> None:
+def write_splits(cfg: Config, splits: CorpusSplit | PreparedData) -> None:
     paths = RunPaths.of(cfg.run_dir)
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     for name, pairs in (("valid", splits.valid), ("test", splits.test)):
@@ -64,40 +70,61 @@ def tokenizers_and_data(cfg: Config, log: Log = print,
     """The tokenizers (`tokenizers`, else the run's saved ones, else trained on the corpus) and the
     prepared data: the data stage of `attn train` and `attn prepare`."""
     tokenizers = tokenizers if tokenizers is not None else saved_tokenizers(cfg, log)
-    splits, report = None, ReadReport()
+    split, report = None, ReadReport()
     if tokenizers is None:
-        splits = read_splits(cfg, log, report)
-        tokenizers = train_or_load_tokenizers(cfg, splits, log)
-    return tokenizers, prepare_data(cfg, tokenizers, log, splits, report)
+        split = read_split(cfg, log, report)
+        tokenizers = train_or_load_tokenizers(cfg, split, log)
+    return tokenizers, prepare_data(cfg, tokenizers, log, split, report)
 
 
-def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, splits: Splits | None = None,
+def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, split: CorpusSplit | None = None,
                  report: ReadReport | None = None) -> PreparedData:
     """The prepared training data for this config and tokenizer: opened when an earlier start
-    prepared it, else read (unless `splits` are given, with the `report` of their reading),
-    tokenized, filtered and saved. The run's valid and test files are written from it."""
+    prepared it, else read (unless `split` is given, with the `report` of its reading), tokenized,
+    filtered and saved. The run's valid and test files are written from it."""
     name = entry_name(cfg.data, tokenizers)
     prepared = open_prepared(cache_dir(cfg), name)
     if prepared is not None:
         log(f"data: reusing {prepared.directory} ({_describe(prepared.stats)})")
     else:
         report = report if report is not None else ReadReport()
-        splits = splits if splits is not None else read_splits(cfg, log, report)
-        train, dropped = filter_by_length(encode_pairs(splits.train, tokenizers), cfg.data.max_source_tokens,
-                                          cfg.data.max_target_tokens, cfg.data.max_length_ratio)
-        if dropped:
-            log(f"length filter: dropped {dropped:,} of {len(splits.train):,} training pairs")
-        pairs = TokenizedPairs.from_examples(train)
-        stats = {"training_pairs_read": len(splits.train), "dropped_by_length": dropped, "training_pairs": len(train),
-                 "valid_pairs": len(splits.valid), "test_pairs": len(splits.test),
-                 "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped)),
-                 "source_tokens": _length_stats(pairs.src_lengths), "target_tokens": _length_stats(pairs.tgt_lengths)}
-        prepared = save_prepared(cache_dir(cfg), name, pairs, splits.valid, splits.test, stats)
+        split = split if split is not None else read_split(cfg, log, report)
+
+        def write_train(writer: TokenizedPairsWriter) -> dict:
+            pairs = StageProgress(log).track(split.train_pairs(), "tokenizing the training pairs", split.train_count)
+            kept = _tokenize_into(writer, pairs, tokenizers, cfg)
+            dropped = split.train_count - kept
+            if dropped:
+                log(f"length filter: dropped {dropped:,} of {split.train_count:,} training pairs")
+            return {"training_pairs_read": split.train_count, "dropped_by_length": dropped, "training_pairs": kept,
+                    "valid_pairs": len(split.valid), "test_pairs": len(split.test),
+                    "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped))}
+
+        prepared = save_prepared(cache_dir(cfg), name, write_train, split.valid, split.test)
         log(f"data: prepared in {prepared.directory}")
         if not cfg.data.cache_dir:  # the run's own: what an earlier corpus, filter or tokenizer made is spent
             remove_entries_but(cache_dir(cfg), name)
     write_splits(cfg, prepared)
     return prepared
+
+
+def _tokenize_into(writer: TokenizedPairsWriter, pairs: Iterable[Pair], tokenizers: Tokenizers, cfg: Config) -> int:
+    """Tokenize `pairs` a chunk at a time and add those within the length limits to `writer`; how many were kept."""
+    kept = 0
+    for chunk in _chunks(pairs, _ENCODE_CHUNK):
+        sources = tokenizers.source.encode([source for source, _ in chunk])
+        targets = tokenizers.target.encode([target for _, target in chunk])
+        keep = within_length_limits([len(s) for s in sources], [len(t) for t in targets], cfg.data.max_source_tokens,
+                                    cfg.data.max_target_tokens, cfg.data.max_length_ratio).tolist()
+        writer.add([s for s, k in zip(sources, keep) if k], [t for t, k in zip(targets, keep) if k])
+        kept += sum(keep)
+    return kept
+
+
+def _chunks(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def open_data(cfg: Config, tokenizers: Tokenizers) -> PreparedData:
@@ -107,15 +134,6 @@ def open_data(cfg: Config, tokenizers: Tokenizers) -> PreparedData:
         raise ConfigError(f"no prepared data in {cache_dir(cfg)} for this config; rank 0 should have written it",
                           "data.cache_dir")
     return prepared
-
-
-def _length_stats(lengths: np.ndarray) -> dict:
-    """The total and the percentiles of the token counts of the training pairs' sides."""
-    if not len(lengths):
-        return {"total": 0}
-    percentiles = np.percentile(lengths, [50, 90, 99]).round(1).tolist()
-    return {"total": int(lengths.sum()), "p50": percentiles[0], "p90": percentiles[1], "p99": percentiles[2],
-            "max": int(lengths.max())}
 
 
 def _describe(stats: dict) -> str:
@@ -130,22 +148,39 @@ def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers) -> list[Example]:
     return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
 
-def train_or_load_tokenizers(cfg: Config, splits: Splits, log: Log = print, retrain: bool = False) -> Tokenizers:
-    """Reuse the run's tokenizer when it has one, so resumed and repeated runs keep their vocabulary."""
+def train_or_load_tokenizers(cfg: Config, split: CorpusSplit, log: Log = print, retrain: bool = False) -> Tokenizers:
+    """Reuse the run's tokenizer when it has one, so resumed and repeated runs keep their vocabulary;
+    else train one on a seeded sample of at most `tokenizer.max_training_sentences` training pairs."""
     directory = RunPaths.of(cfg.run_dir).tokenizer_dir
     if Tokenizers.exists(directory) and not retrain:
         tokenizers = Tokenizers.load(directory)
         _check_reused(tokenizers, cfg, directory)
         log(f"tokenizer: reusing {directory}")
         return tokenizers
+    pairs = StageProgress(log).track(split.train_pairs(), "sampling pairs for the tokenizer", split.train_count)
+    sample = reservoir_sample(pairs, cfg.tokenizer.max_training_sentences, seed=cfg.train.seed)
     kind = "joint" if cfg.tokenizer.joint else "separate"
     log(f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
-        f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(splits.train):,} training pairs")
-    tokenizers = train_tokenizers([p[0] for p in splits.train], [p[1] for p in splits.train],
-                                  cfg.tokenizer, seed=cfg.train.seed)
+        f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(sample):,} training pairs")
+    tokenizers = train_tokenizers([p[0] for p in sample], [p[1] for p in sample], cfg.tokenizer, seed=cfg.train.seed)
     tokenizers.save(directory)
     log(f"tokenizer: saved to {directory}")
     return tokenizers
+
+
+def reservoir_sample(items: Iterable[Pair], size: int, seed: int) -> list[Pair]:
+    """A seeded uniform sample of at most `size` items, drawn in one pass over a stream of unknown
+    length (every item when there are no more than `size`, in stream order)."""
+    rng = random.Random(seed)
+    sample: list[Pair] = []
+    for seen, item in enumerate(items):
+        if seen < size:
+            sample.append(item)
+        else:
+            slot = rng.randrange(seen + 1)  # the item replaces one of the sample with chance size / (seen + 1)
+            if slot < size:
+                sample[slot] = item
+    return sample
 
 
 def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:

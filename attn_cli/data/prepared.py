@@ -1,11 +1,12 @@
 """The training data, read, split, tokenized and filtered once, and kept on disk for every later start.
 
-A prepared entry is a directory of NumPy arrays (the token ids of every training pair, flat, with
-the offsets where each pair starts) beside the validation and test sentences as text. Later starts
-(a resume, a restart, another run with the same data and tokenizer) open the arrays memory-mapped:
-nothing is read or tokenized again, and the pages are shared through the page cache by every
-process that maps them. NumPy rather than Arrow: a pair is two slices of two arrays, which is all
-batching needs, and `np.load(mmap_mode="r")` opens them in microseconds.
+A prepared entry is a directory of arrays beside the validation and test sentences as text: the
+token ids of every training pair, flat, in a raw little-endian int32 file per side (appended to
+chunk by chunk as the pairs are tokenized, so preparing never holds the corpus), and a NumPy array
+of the offsets where each pair starts. Later starts (a resume, a restart, another run with the same
+data and tokenizer) open the arrays memory-mapped: nothing is read or tokenized again, and the pages
+are shared through the page cache by every process that maps them. NumPy rather than Arrow: a pair
+is two slices of two arrays, which is all batching needs, and `np.memmap` opens them in microseconds.
 
 An entry is named by a hash of everything it is made from: the corpus files (size, modification
 time and a hash of their content), the `data` section and the tokenizer's model. It is written
@@ -17,11 +18,13 @@ has another name, and is prepared again.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -32,8 +35,9 @@ from attn_cli.data.corpus import Pair
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import directory_built_whole, write_whole
 
-FORMAT = 1
-_ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
+FORMAT = 2  # 2: training pairs in corpus order (1 held them in the order of the shuffled split)
+_ID_TYPE = np.dtype("<i4")  # token ids, little-endian whatever the machine
+_ID_BYTES = _ID_TYPE.itemsize
 _MANIFEST = "manifest.json"
 
 
@@ -45,22 +49,19 @@ class TokenizedPairs:
     def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray):
         self.src_ids, self.src_offsets, self.tgt_ids, self.tgt_offsets = src_ids, src_offsets, tgt_ids, tgt_offsets
 
-    @classmethod
-    def from_examples(cls, examples: Sequence[Example]) -> "TokenizedPairs":
-        def flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum([len(row) for row in rows], out=offsets[1:])
-            ids = np.fromiter((token for row in rows for token in row), dtype=np.int32, count=int(offsets[-1]))
-            return ids, offsets
-
-        return cls(*flat([e.src for e in examples]), *flat([e.tgt for e in examples]))
-
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
 
     def __getitem__(self, i: int) -> Example:
         return Example(i, self.src_ids[self.src_offsets[i]:self.src_offsets[i + 1]].tolist(),
                        self.tgt_ids[self.tgt_offsets[i]:self.tgt_offsets[i + 1]].tolist())
+
+    def token_count(self, positions: np.ndarray) -> int:
+        """The tokens of the pairs at `positions`, both sides (without EOS or BOS), read from the
+        offsets alone: no pair's ids are touched."""
+        positions = np.asarray(positions, dtype=np.int64)
+        return int((self.src_offsets[positions + 1] - self.src_offsets[positions]).sum()
+                   + (self.tgt_offsets[positions + 1] - self.tgt_offsets[positions]).sum())
 
     @property
     def src_lengths(self) -> np.ndarray:
@@ -70,13 +71,50 @@ class TokenizedPairs:
     def tgt_lengths(self) -> np.ndarray:
         return np.diff(self.tgt_offsets)
 
-    def save(self, directory: Path) -> None:
-        for name in _ARRAYS:
-            np.save(directory / f"{name}.npy", getattr(self, name))
-
     @classmethod
     def open(cls, directory: Path) -> "TokenizedPairs":
-        return cls(*(np.load(directory / f"{name}.npy", mmap_mode="r") for name in _ARRAYS))
+        """The arrays of `directory`, memory-mapped; ValueError when they do not fit together."""
+        arrays = []
+        for side in ("src", "tgt"):
+            offsets = np.load(directory / f"{side}_offsets.npy", mmap_mode="r")
+            ids_file = directory / f"{side}_ids.bin"
+            count = int(offsets[-1]) if len(offsets) else -1
+            if offsets.ndim != 1 or count < 0 or ids_file.stat().st_size != count * _ID_BYTES:
+                raise ValueError(f"{ids_file} does not hold the {count} ids its offsets give")
+            # An empty file cannot be mapped.
+            ids = np.memmap(ids_file, dtype=_ID_TYPE, mode="r", shape=(count,)) if count else np.zeros(0, _ID_TYPE)
+            arrays += [ids, offsets]
+        return cls(*arrays)
+
+
+class TokenizedPairsWriter:
+    """Appends tokenized pairs to an entry's arrays a chunk at a time: the ids go straight to disk,
+    so preparing costs the memory of one chunk and the lengths (16 bytes per pair), never the corpus."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._ids = {side: (directory / f"{side}_ids.bin").open("wb") for side in ("src", "tgt")}
+        self._lengths: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
+
+    def add(self, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]]) -> None:
+        for side, rows in (("src", src_rows), ("tgt", tgt_rows)):
+            lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=_ID_TYPE, count=int(lengths.sum()))
+            # Plain writes, not a memory map: a full disk is an OSError here, not a SIGBUS later.
+            self._ids[side].write(ids.tobytes())
+            self._lengths[side].append(lengths)
+
+    def finish(self) -> TokenizedPairs:
+        """Write the offsets and open the arrays memory-mapped."""
+        for side, handle in self._ids.items():
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            lengths = np.concatenate(self._lengths[side]) if self._lengths[side] else np.zeros(0, dtype=np.int64)
+            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            np.save(self.directory / f"{side}_offsets.npy", offsets)
+        return TokenizedPairs.open(self.directory)
 
 
 @dataclass
@@ -134,19 +172,26 @@ def open_prepared(cache_dir: Path, name: str) -> Optional[PreparedData]:
         return None
 
 
-def save_prepared(cache_dir: Path, name: str, train: TokenizedPairs, valid: list[Pair], test: list[Pair],
-                  stats: dict) -> PreparedData:
-    """Write the entry whole, into a temporary directory renamed into place, and open it."""
+def save_prepared(cache_dir: Path, name: str, write_train: Callable[[TokenizedPairsWriter], dict],
+                  valid: list[Pair], test: list[Pair]) -> PreparedData:
+    """Write the entry whole, into a temporary directory renamed into place, and open it.
+    `write_train` adds the training pairs to the writer and returns the statistics of preparing;
+    the token counts of what it wrote are added to them."""
     target = cache_dir / name
     if target.exists() and open_prepared(cache_dir, name) is None:
         shutil.rmtree(target, ignore_errors=True)  # not an entry: a directory of that name left by other means
     try:
         with directory_built_whole(target) as building:
-            train.save(building)
+            writer = TokenizedPairsWriter(building)
+            stats = write_train(writer)
+            train = writer.finish()
+            stats = dict(stats, source_tokens=_length_stats(train.src_lengths),
+                         target_tokens=_length_stats(train.tgt_lengths))
             for split, pairs in (("valid", valid), ("test", test)):
                 for side in (0, 1):
                     write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
             write_whole(building / _MANIFEST, json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n")
+            del train  # unmapped before the directory is renamed
     except OSError:
         if open_prepared(cache_dir, name) is None:
             raise
@@ -154,6 +199,15 @@ def save_prepared(cache_dir: Path, name: str, train: TokenizedPairs, valid: list
     prepared = open_prepared(cache_dir, name)
     assert prepared is not None, "an entry just written opens"
     return prepared
+
+
+def _length_stats(lengths: np.ndarray) -> dict:
+    """The total and the percentiles of the token counts of the training pairs' sides."""
+    if not len(lengths):
+        return {"total": 0}
+    percentiles = np.percentile(lengths, [50, 90, 99]).round(1).tolist()
+    return {"total": int(lengths.sum()), "p50": percentiles[0], "p90": percentiles[1], "p99": percentiles[2],
+            "max": int(lengths.max())}
 
 
 def _read_pairs(directory: Path, split: str) -> list[Pair]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 
 from attn_cli.config import Config
@@ -289,9 +290,10 @@ class Trainer:
         return collate([self.train_examples[p] for p in mine]).to(self.device)
 
     def _tokens_of(self, update: list[list[int]]) -> int:
-        """Source and target tokens of the whole update (every process's share), EOS included."""
-        return sum(len(self.train_examples[p].src) + len(self.train_examples[p].tgt) + 2
-                   for positions in update for p in positions)
+        """Source and target tokens of the whole update (every process's share), EOS included,
+        from the offsets: a process reads the ids of its own share only."""
+        positions = np.concatenate(update)
+        return self.train_examples.token_count(positions) + 2 * len(positions)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
         """Updates until the budget, the epochs or early stopping end the run, logging and validating

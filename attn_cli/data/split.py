@@ -1,0 +1,149 @@
+"""Carving validation and test sets off a corpus of any size, without holding it in memory.
+
+The corpus is read as a stream twice. The first pass keeps only an 8-byte hash of each pair's
+source sentence; from these the split is planned as if the corpus were in memory: pairs grouped by
+source sentence (in order of first appearance), the groups shuffled with a seeded generator, and
+whole groups taken for test, then validation, until each holds at least its size. So all
+translations of a sentence land on one side, no source sentence is on two sides, and the sizes are
+exact up to the last group taken (a split exceeds its size by less than one group). The second pass
+collects the validation and test pairs; the training pairs are read from the corpus again whenever
+they are needed (tokenizer sample, tokenization), so memory stays a few bytes per pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from array import array
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional, TypeVar
+
+import numpy as np
+
+from attn_cli.config import DataConfig
+from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_corpus, read_corpus
+
+T = TypeVar("T")
+
+# What each pair of the corpus stream is for.
+UNUSED, TRAIN, VALID, TEST = 0, 1, 2, 3
+
+# Wraps a stream to show its progress: (items, what is being done, how many are expected or None).
+Track = Callable[[Iterable[T], str, Optional[int]], Iterable[T]]
+
+
+def _untracked(items: Iterable[T], description: str, total: Optional[int]) -> Iterable[T]:
+    return items
+
+
+def source_key(source: str) -> int:
+    """A 64-bit hash of a source sentence, the same in every process (Python's own hash() is salted)."""
+    return int.from_bytes(hashlib.blake2b(source.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+@dataclass
+class CorpusSplit:
+    """A corpus carved three ways: the validation and test pairs in memory, the training pairs
+    read again from the corpus whenever they are needed."""
+
+    data: DataConfig
+    valid: list[Pair]
+    test: list[Pair]
+    roles: np.ndarray  # uint8, one per pair of the corpus stream: UNUSED, TRAIN, VALID or TEST
+    train_count: int
+
+    def train_pairs(self) -> Iterator[Pair]:
+        """The training pairs, in corpus order, read from the corpus files again."""
+        # Malformed lines were reported (or refused, in strict mode) by the first pass.
+        return (pair for role, pair in self._roles_and_pairs() if role == TRAIN)
+
+    def _roles_and_pairs(self) -> Iterator[tuple[int, Pair]]:
+        roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
+        stream = iter_corpus(self.data.corpus, config_key="data.corpus")
+        for role, pair in itertools.zip_longest(roles, stream):
+            if role is None or pair is None:  # the roles were planned for another version of the file
+                raise DataError(f"{self.data.corpus.path or self.data.corpus.src_path} changed while it was being "
+                                f"prepared (data.corpus); run the command again once it is written")
+            yield role, pair
+
+
+def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: Track = _untracked) -> CorpusSplit:
+    """Train/valid/test: separate corpora where configured, otherwise carved off `data.corpus`.
+
+    With `data.max_pairs`, a seeded sample of that many pairs (in corpus order: a head slice of a
+    length-sorted corpus would hold only short sentences) is split instead of the whole corpus.
+    """
+    keys = array("Q")
+    for source, _ in track(iter_corpus(data.corpus, data.strict, report, "data.corpus"), "reading data.corpus", None):
+        keys.append(source_key(source))
+    roles = np.full(len(keys), TRAIN, dtype=np.uint8)
+    if data.max_pairs is not None and data.max_pairs < len(keys):
+        roles[:] = UNUSED
+        roles[sorted(random.Random(data.split_seed).sample(range(len(keys)), data.max_pairs))] = TRAIN
+    valid = read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus") if data.valid_corpus else None
+    test = read_corpus(data.test_corpus, data.strict, report, "data.test_corpus") if data.test_corpus else None
+    if valid is not None and test is not None:
+        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()))
+
+    sampled = np.flatnonzero(roles == TRAIN)
+    sides, group_rank = assign_sides(np.frombuffer(keys, dtype=np.uint64)[sampled],
+                                     valid_size=0 if valid is not None else data.valid_size,
+                                     test_size=0 if test is not None else data.test_size, seed=data.split_seed)
+    roles[sampled] = sides
+    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()))
+    rank = np.zeros(len(roles), dtype=np.int64)
+    rank[sampled] = group_rank
+    carved = _carved_pairs(split, rank, track)
+    return CorpusSplit(data, valid if valid is not None else carved[VALID], test if test is not None else carved[TEST],
+                       roles, split.train_count)
+
+
+def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> dict[int, list[Pair]]:
+    """The validation and test pairs, read in a second pass, in the order of their groups in the
+    shuffle: the order an in-memory split of the corpus gives them."""
+    found: dict[int, list[tuple[int, int, Pair]]] = {VALID: [], TEST: []}
+    stream = split._roles_and_pairs()
+    for position, (role, pair) in enumerate(track(stream, "finding the validation and test pairs", len(split.roles))):
+        if role in found:
+            found[role].append((int(group_rank[position]), position, pair))
+    return {role: [pair for _, _, pair in sorted(items)] for role, items in found.items()}
+
+
+def assign_sides(keys: np.ndarray, valid_size: int, test_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The side (TRAIN, VALID or TEST) of each pair whose source hashes to `keys`, and the rank of
+    its group in the shuffle.
+
+    Pairs are grouped by source; the groups, numbered in order of first appearance, are shuffled by
+    `random.Random(seed)`; test takes whole groups from the front until it holds at least
+    `test_size` pairs, valid the next ones until it holds `valid_size`, and train the rest.
+    """
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    appearance = np.empty(len(first), dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(len(first))
+    group = appearance[inverse.reshape(-1)]  # (pairs,) group number in order of first appearance
+    sizes = np.bincount(group, minlength=len(first))
+    shuffled = list(range(len(first)))
+    random.Random(seed).shuffle(shuffled)  # the permutation depends only on the number of groups and the seed
+    shuffled = np.asarray(shuffled, dtype=np.int64)
+    filled = np.cumsum(sizes[shuffled])  # pairs in the first k + 1 shuffled groups
+    test_groups = _groups_until(filled, 0, test_size)
+    before_valid = int(filled[test_groups - 1]) if test_groups else 0
+    valid_groups = _groups_until(filled, before_valid, valid_size) - test_groups if valid_size > 0 else 0
+    if test_groups + valid_groups >= len(first):
+        raise DataError(f"data.valid_size={valid_size} and data.test_size={test_size} leave no training data: "
+                        f"the corpus has {len(keys)} pairs with {len(first)} distinct source sentences; "
+                        "lower the sizes or use a larger corpus")
+    side_of_group = np.full(len(first), TRAIN, dtype=np.uint8)
+    side_of_group[shuffled[:test_groups]] = TEST
+    side_of_group[shuffled[test_groups:test_groups + valid_groups]] = VALID
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[shuffled] = np.arange(len(first))
+    return side_of_group[group], rank[group]
+
+
+def _groups_until(filled: np.ndarray, before: int, size: int) -> int:
+    """How many shuffled groups, counted from the start, hold `before` + at least `size` pairs (all, if none do)."""
+    if size <= 0:
+        return 0
+    return min(int(np.searchsorted(filled, before + size, side="left")) + 1, len(filled))
