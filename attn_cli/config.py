@@ -264,6 +264,7 @@ class TrainConfig:
     max_nonfinite_steps: int = 20  # this many updates in a row skipped for a non-finite loss or gradients stop the run
     compile: bool = False  # torch.compile the training forward; checkpoints and decoding use the plain module
     gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
+    init_from: Optional[str] = None  # a checkpoint, or a run directory (its best.pt): a new run starts from its weights and tokenizer
 
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):

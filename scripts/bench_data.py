@@ -9,10 +9,14 @@ measures, each in its own process:
   peak memory;
 - `attn prepare` again, which finds the prepared data: wall time;
 - `attn train` for --steps steps of the default model on the prepared data: wall time to the end,
-  and the peak of its memory, sampled from /proc every 0.1 s: RSS; USS, the pages no other process
-  maps (the memory-mapped token arrays count here while this process alone maps them); and
-  anonymous memory, what the process allocated itself, without any file's pages: the memory that
-  does not live in the page cache, and the one that would grow with a corpus held in lists.
+  and the peak of its memory, sampled from /proc every 0.1 s: RSS; PSS, which splits each shared
+  page between the processes that map it; USS, the pages no other process maps (the memory-mapped
+  token arrays count here while this process alone maps them); and anonymous memory, what the
+  process allocated itself, without any file's pages: the memory that does not live in the page
+  cache, and the one that would grow with a corpus held in lists.
+- at --ranks-size pairs, `attn train` on two torchrun processes sharing one prepared entry, beside
+  one process alike: each rank's peaks, and the peak of their sum (PSS adds up to what they take
+  together).
 
     python3 scripts/bench_data.py --sizes 100000 1000000 --json bench_results/data.json
 """
@@ -48,59 +52,121 @@ def synthetic_corpus(path: Path, pairs: int, seed: int) -> None:
             out.write(f"{source}\t{''.join(t for _, t in chosen)}\n")
 
 
-def _memory_kb(pid: int) -> tuple[int, int, int]:
-    """(RSS, USS, anonymous) memory of a process in kB, from /proc/PID/smaps_rollup; zeros once it is gone."""
+_FIELDS = ("rss", "pss", "uss", "anonymous")
+
+
+def _memory_kb(pid: int) -> dict[str, int]:
+    """RSS, PSS, USS and anonymous memory of a process in kB, from /proc/PID/smaps_rollup; zeros once it is gone.
+
+    PSS divides each shared page between the processes that map it, so the PSS of several processes
+    adds up to the memory they take together; USS counts only the pages no other process maps."""
     try:
         fields = {}
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
             name, value = line.split(":", 1)
             fields[name] = int(value.split()[0])
-        return (fields.get("Rss", 0), fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
-                fields.get("Anonymous", 0))
+        return {"rss": fields.get("Rss", 0), "pss": fields.get("Pss", 0),
+                "uss": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+                "anonymous": fields.get("Anonymous", 0)}
     except (OSError, ValueError):
-        return 0, 0, 0
+        return dict.fromkeys(_FIELDS, 0)
 
 
-def run(command: list[str]) -> dict:
-    """Run an attn command; its wall time and the peak RSS and USS of the process."""
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (torchrun's workers)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def run(command: list[str], launcher: list[str] | None = None) -> dict:
+    """Run an attn command (under `launcher`, e.g. torchrun, whose worker processes are then the ones
+    measured); its wall time and the peak memory of each measured process, and of their sum."""
     start = time.perf_counter()
     # Output into files, not pipes: a pipe nobody reads while the process runs would fill and stop it.
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen([sys.executable, "-m", "attn_cli", *command], stdout=out, stderr=err, text=True)
-        peak_rss = peak_uss = peak_anonymous = 0
+        process = subprocess.Popen([*(launcher or [sys.executable]), "-m", "attn_cli", *command], stdout=out,
+                                   stderr=err, text=True)
+        peaks: dict[int, dict[str, int]] = {}
+        peak_total = dict.fromkeys(_FIELDS, 0)
         while process.poll() is None:
-            rss, uss, anonymous = _memory_kb(process.pid)
-            peak_rss, peak_uss, peak_anonymous = max(peak_rss, rss), max(peak_uss, uss), max(peak_anonymous, anonymous)
+            measured = _children(process.pid) if launcher else [process.pid]
+            samples = {pid: _memory_kb(pid) for pid in measured}
+            for pid, sample in samples.items():
+                peak = peaks.setdefault(pid, dict.fromkeys(_FIELDS, 0))
+                for field in _FIELDS:
+                    peak[field] = max(peak[field], sample[field])
+            for field in _FIELDS:
+                peak_total[field] = max(peak_total[field], sum(sample[field] for sample in samples.values()))
             time.sleep(0.1)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-2000:]}")
-    return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": round(peak_rss / 1024),
-            "peak_uss_mb": round(peak_uss / 1024), "peak_anonymous_mb": round(peak_anonymous / 1024), "stdout": stdout}
+    mb = lambda kb: round(kb / 1024)  # noqa: E731
+    result = {"seconds": round(time.perf_counter() - start, 1), "stdout": stdout}
+    if launcher:
+        result["processes"] = [{f"peak_{f}_mb": mb(peak[f]) for f in _FIELDS} for peak in peaks.values()]
+        result.update({f"peak_total_{f}_mb": mb(peak_total[f]) for f in _FIELDS})
+    else:
+        result.update({f"peak_{f}_mb": mb(peak_total[f]) for f in _FIELDS})
+    return result
+
+
+def _settings(corpus: Path, run_dir: Path) -> list[str]:
+    return ["--config", "en-zh.yaml", "--set", f"data.corpus.path={corpus}", "--set", f"run_dir={run_dir}"]
+
+
+def _training(steps: int) -> list[str]:
+    return ["--set", f"train.max_steps={steps}", "--set", f"train.valid_every={steps}", "--set", "train.valid_bleu=false",
+            "--set", "train.max_minutes=null"]
 
 
 def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
     corpus = workdir / f"corpus-{pairs}.tsv"
     synthetic_corpus(corpus, pairs, seed=pairs)
-    settings = ["--config", "en-zh.yaml", "--set", f"data.corpus.path={corpus}", "--set", f"run_dir={workdir / f'run-{pairs}'}"]
+    settings = _settings(corpus, workdir / f"run-{pairs}")
     tokenizer = run(["tokenizer", *settings])
     first = run(["prepare", *settings, "--json"])
     stats = json.loads(first.pop("stdout"))
     again = run(["prepare", *settings, "--json"])
     again.pop("stdout")
-    training = run(["train", *settings, "--set", f"train.max_steps={steps}", "--set", f"train.valid_every={steps}",
-                    "--set", "train.valid_bleu=false", "--set", "train.max_minutes=null"])
+    training = run(["train", *settings, *_training(steps)])
     training.pop("stdout")
     tokenizer.pop("stdout")
     return {"pairs": pairs, "tokenizer": tokenizer, "first_prepare": first, "second_prepare": again, "train": training,
             "pairs_per_s": round(stats["training_pairs_read"] / first["seconds"]), "stats": stats}
 
 
+def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
+    """`attn train` on two torchrun processes (gloo, one thread each) on the data prepared for `pairs`,
+    in a run directory of its own that shares the prepared entry through data.cache_dir; and one
+    process alike, for comparison."""
+    corpus = workdir / f"corpus-{pairs}.tsv"
+    cache = workdir / "shared-cache"
+    common = ["--set", f"data.cache_dir={cache}", "--set", "train.device=cpu", "--set", "train.threads=1",
+              *_training(steps)]
+    run(["prepare", *_settings(corpus, workdir / f"run-{pairs}-prepare"), "--set", f"data.cache_dir={cache}"])
+    one = run(["train", *_settings(corpus, workdir / f"run-{pairs}-one"), *common])
+    two = run(["train", *_settings(corpus, workdir / f"run-{pairs}-two"), *common],
+              launcher=["torchrun", "--nproc_per_node=2", "--standalone"])
+    one.pop("stdout")
+    two.pop("stdout")
+    return {"pairs": pairs, "one_process": one, "two_processes": two}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--ranks-size", type=int, default=1_000_000,
+                        help="the size (one of --sizes) at which two torchrun processes are measured; 0: none")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--json", type=Path)
@@ -116,20 +182,38 @@ def main() -> None:
             print(f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; first prepare {r['first_prepare']['seconds']} s "
                   f"({r['pairs_per_s']:,} pairs/s, peak RSS {r['first_prepare']['peak_rss_mb']:,} MB); prepare again "
                   f"{r['second_prepare']['seconds']} s; train {args.steps} steps {r['train']['seconds']} s, peak RSS "
-                  f"{r['train']['peak_rss_mb']:,} MB, USS {r['train']['peak_uss_mb']:,} MB, anonymous "
+                  f"{r['train']['peak_rss_mb']:,} MB, PSS {r['train']['peak_pss_mb']:,} MB, anonymous "
                   f"{r['train']['peak_anonymous_mb']:,} MB", flush=True)
+        ranks = bench_two_ranks(args.ranks_size, workdir, args.steps) if args.ranks_size in args.sizes else None
 
     print(f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
-          f"| peak RSS | peak USS | peak anonymous |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"| peak RSS | peak PSS | peak USS | peak anonymous |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['pairs']:,} | {r['tokenizer']['seconds']} s | {r['first_prepare']['seconds']} s | {r['pairs_per_s']:,} "
               f"| {r['first_prepare']['peak_rss_mb']:,} MB | {r['second_prepare']['seconds']} s | {r['train']['seconds']} s "
-              f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB | {r['train']['peak_anonymous_mb']:,} MB |")
+              f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_pss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB "
+              f"| {r['train']['peak_anonymous_mb']:,} MB |")
+    if ranks is not None:
+        one, two = ranks["one_process"], ranks["two_processes"]
+        print(f"\n{ranks['pairs']:,} pairs, {args.steps} steps, one thread per process:\n")
+        print("| processes | wall time | peak RSS | peak PSS | peak USS | peak anonymous |")
+        print("|---|---:|---:|---:|---:|---:|")
+        print(f"| one | {one['seconds']} s | {one['peak_rss_mb']:,} MB | {one['peak_pss_mb']:,} MB "
+              f"| {one['peak_uss_mb']:,} MB | {one['peak_anonymous_mb']:,} MB |")
+        for rank, process in enumerate(two["processes"]):
+            print(f"| two: rank {rank} | | {process['peak_rss_mb']:,} MB | {process['peak_pss_mb']:,} MB "
+                  f"| {process['peak_uss_mb']:,} MB | {process['peak_anonymous_mb']:,} MB |")
+        print(f"| two: together | {two['seconds']} s | {two['peak_total_rss_mb']:,} MB | {two['peak_total_pss_mb']:,} MB "
+              f"| {two['peak_total_uss_mb']:,} MB | {two['peak_total_anonymous_mb']:,} MB |")
+        largest_rss = max(process["peak_rss_mb"] for process in two["processes"])
+        print(f"\ntogether (PSS) {two['peak_total_pss_mb']:,} MB = {two['peak_total_pss_mb'] / largest_rss:.2f} x "
+              f"one rank's RSS ({largest_rss:,} MB)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"sizes": results, "steps": args.steps, "python": platform.python_version(),
-                                         "machine": platform.machine()}, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps({"sizes": results, "two_ranks": ranks, "steps": args.steps,
+                                         "python": platform.python_version(), "machine": platform.machine()},
+                                        indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
 
       attn train --config runs/try/config.yaml --resume --set train.max_steps=400
 
+      attn train --config en-zh.yaml --set train.init_from=runs/en-zh --set data.corpus.path=medical.tsv --set run_dir=runs/medical
+
       attn train --list-configs
     """
     if list_configs:

@@ -25,11 +25,11 @@ def _may_change(path: str) -> bool:
     return any(path == allowed or path.startswith(allowed + ".") for allowed in RESUMABLE)
 
 
-def _differences(saved: Any, given: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+def differences(saved: Any, given: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
     """(YAML path, saved value, given value) for every leaf that differs."""
     if isinstance(saved, dict) and isinstance(given, dict):
         for key in saved.keys() | given.keys():
-            yield from _differences(saved.get(key), given.get(key), f"{path}.{key}" if path else key)
+            yield from differences(saved.get(key), given.get(key), f"{path}.{key}" if path else key)
     elif saved != given:
         yield path, saved, given
 
@@ -41,7 +41,7 @@ def resume_config(given: Config, saved: Config, checkpoint: Path) -> tuple[Confi
     trained with; a change outside RESUMABLE raises ConfigError naming the key.
     """
     changes = []
-    for path, old, new in sorted(_differences(config_to_dict(saved), config_to_dict(given))):
+    for path, old, new in sorted(differences(config_to_dict(saved), config_to_dict(given))):
         if not _may_change(path):
             raise ConfigError(
                 f"{new!r} differs from {old!r} in {checkpoint}, the run being resumed; a resumed run keeps "

@@ -26,6 +26,7 @@ from attn_cli.training.allocation import allocate_model
 from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
 from attn_cli.training.early_stopping import EarlyStopping
+from attn_cli.training.init_from import StartingPoint, starting_point
 from attn_cli.training.precision import Precision, resolve_precision
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.resume import resume_config
@@ -149,13 +150,15 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
     resumed = _load_resume_point(paths, device) if resume else None
     cfg = _run_config(cfg, paths, resumed, display)
+    # A resumed fine-tuning run continues from its own last.pt, not from where it started.
+    start = starting_point(cfg) if resumed is None else None
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
     if ranks.is_main:
         _prepare_run_dir(paths, resumed)
 
     set_seed(cfg.train.seed)
-    prepared, tokenizers = _data_and_tokenizers(cfg, resumed, display, ranks)
+    prepared, tokenizers = _data_and_tokenizers(cfg, resumed or start, display, ranks)
     if not len(prepared.train):
         raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
                         "data.max_target_tokens or data.max_length_ratio")
@@ -165,6 +168,10 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     model = (resumed.model.to(device) if resumed is not None else
              allocate_model(cfg.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size, device, training=True,
                             fix="lower model.d_model, model.ffn_dim, the layer counts or tokenizer.vocab_size"))
+    if start is not None:
+        model.load_state_dict(start.model.state_dict())
+        display.log(f"init_from: the weights and tokenizer of {start.path} (step {start.checkpoint.step:,}); "
+                    f"a new optimizer, schedule and data order")
     model.gradient_checkpointing = cfg.train.gradient_checkpointing
     if ranks.rank:
         set_seed(dropout_seed(cfg.train.seed, ranks.rank))
@@ -215,17 +222,20 @@ def _prepare_run_dir(paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
         paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
 
-def _data_and_tokenizers(cfg: Config, resumed: Optional[Checkpoint], display: TrainingDisplay,
+def _data_and_tokenizers(cfg: Config, earlier: Optional[Checkpoint | StartingPoint], display: TrainingDisplay,
                          ranks: Ranks) -> tuple[PreparedData, Tokenizers]:
     """The prepared training data and the tokenizers. A resumed run keeps its checkpoint's
-    tokenizers, the ones its weights were trained with, and a restarted one its saved tokenizer:
-    neither reads the corpus again when its data was prepared before. Rank 0 prepares, and the
-    other processes open what it wrote."""
+    tokenizers, the ones its weights were trained with, as does a run started from another's
+    checkpoint (train.init_from), and a restarted one its saved tokenizer: none reads the corpus
+    again when its data was prepared before. Rank 0 prepares, and the other processes open what it wrote."""
+    given = earlier.tokenizers if earlier is not None else None
     if not ranks.is_main:
         state = ranks.from_main(None)  # sent once rank 0 has prepared the data
-        tokenizers = resumed.tokenizers if resumed is not None else Tokenizers.from_state(state)
+        tokenizers = given if given is not None else Tokenizers.from_state(state)
         return open_data(cfg, tokenizers), tokenizers
-    tokenizers, prepared = tokenizers_and_data(cfg, display.log, resumed.tokenizers if resumed is not None else None)
+    if isinstance(earlier, StartingPoint):
+        given.save(RunPaths.of(cfg.run_dir).tokenizer_dir)  # the run's own, as if trained here: never retrained
+    tokenizers, prepared = tokenizers_and_data(cfg, display.log, given)
     ranks.from_main(tokenizers.to_state())
     return prepared, tokenizers
 
