@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,8 @@ class RunPaths:
         return self.root / "tensorboard"
 
 
-def hypotheses_file(checkpoint: Path, source: Path) -> Path:
-    """Where `attn eval` keeps the translations of `source`: next to the checkpoint that made them."""
-    return checkpoint.with_name(f"{checkpoint.stem}.{source.name}.hyp")
+def hypotheses_file(made_by: Sequence[Path], source: Path) -> Path:
+    """Where `attn eval` keeps the translations of `source`: next to the checkpoint (or exported model)
+    that made them; an ensemble's next to its first checkpoint, named after all of them
+    (best+last.test.en.hyp), so that no member's own hypotheses are overwritten."""
+    return made_by[0].with_name(f"{'+'.join(path.stem for path in made_by)}.{source.name}.hyp")

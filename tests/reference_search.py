@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import torch
 
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, next_token_log_probs, output_limits
+from attn_cli.decoding.ensemble import Ensemble
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, output_limits
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.no_grad()
 def reference_beam_search(model, src_row: torch.Tensor, beam_size: int, alpha: float, max_len_a: float,
-                          max_len_b: int, n_best: int) -> list[Hypothesis]:
-    """The n best hypotheses for one source sentence (S,), without padding."""
+                          max_len_b: int, n_best: int, prefix: tuple[int, ...] = ()) -> list[Hypothesis]:
+    """The n best hypotheses for one source sentence (S,), without padding, from one model or an
+    `Ensemble`. A forced `prefix` starts the one first hypothesis, with log-probability 0; steps and
+    length penalties count what follows it."""
+    model = Ensemble.of(model)
     src = src_row[None]
     encoded = model.encode(src)
-    limit = int(output_limits(model, src, max_len_a, max_len_b)[0])
-    beam = [([], 0.0)]  # (tokens so far, summed log-probability)
+    limit = int(output_limits(model.max_target_positions, src, max_len_a, max_len_b, len(prefix))[0])
+    beam = [(list(prefix), 0.0)]  # (tokens so far, summed log-probability)
     finished: list[Hypothesis] = []
     for step in range(limit + 1):
         candidates = []
         for tokens, log_prob in beam:
-            prefix = torch.tensor([[BOS_ID] + tokens])
-            logits = model.decode(prefix, encoded)[:, -1]  # the whole prefix, every step
-            next_log_probs = next_token_log_probs(logits, torch.tensor([step >= limit]), exact=False)[0]
+            history = torch.tensor([[BOS_ID] + tokens])
+            # the whole history, every step, without a cache
+            next_log_probs = model.next_log_probs(history, encoded, None, torch.tensor([step >= limit]), exact=False)[0]
             totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs  # float32, as batched
             for token, total in enumerate(totals.tolist()):
                 if total != float("-inf"):

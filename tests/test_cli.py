@@ -341,6 +341,91 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
     assert hypotheses == translated and len(set(translated)) == 3
 
 
+# --- translate: prefixes; translate and eval: ensembles ----------------------------------------------
+
+def test_translate_with_a_prefix_begins_every_translation_with_it(varied_checkpoint, tmp_path):
+    plain = translate_ok(varied_checkpoint, *SENTENCES).stdout.splitlines()
+    for beam in ("1", "3"):
+        forced = translate_ok(varied_checkpoint, "--beam", beam, "--prefix", "我", *SENTENCES).stdout.splitlines()
+        assert len(forced) == 3 and all(line.startswith("我") for line in forced) and forced != plain
+
+    # JSONL input: each line's own prefix, --prefix for the lines without one; JSONL output names it
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"source": "Hello.", "prefix": "你好"}\n{"source": "Where is the station?"}\n')
+    result = translate_ok(varied_checkpoint, "--input-format", "jsonl", "--input", str(source), "--prefix", "我",
+                          "--format", "jsonl")
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(record["source"], record["prefix"]) for record in records] == [("Hello.", "你好"), ("Where is the station?", "我")]
+    assert records[0]["translations"][0]["text"].startswith("你好")
+    piped = translate_ok(varied_checkpoint, "--input-format", "jsonl", "--prefix", "我", input=source.read_text())
+    assert piped.stdout.splitlines() == [record["translations"][0]["text"] for record in records]
+
+    source.write_text('{"source": "Hello."}\nHello.\n')
+    bad = invoke("translate", "--checkpoint", str(varied_checkpoint), "--input-format", "jsonl", "--input", str(source))
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
+    assert f"{source} line 2: not JSON" in bad.stderr and "Traceback" not in bad.output
+
+
+@pytest.fixture(scope="module")
+def foreign_checkpoint(varied_checkpoint, tmp_path_factory):
+    """The varied checkpoint's config with a tokenizer of its own, trained on made-up words."""
+    from attn_cli.config import TokenizerConfig
+    from attn_cli.data.tokenizer import Tokenizers, train_sentencepiece
+    from attn_cli.model import build_model
+    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
+
+    loaded = load_checkpoint(varied_checkpoint)
+    words = [a + b + c for a in "abcdefghij" for b in "abcdefghij" for c in "abcdefghij"]
+    tokenizer = train_sentencepiece([" ".join(words[i : i + 6]) for i in range(0, len(words), 6)],
+                                    TokenizerConfig(vocab_size=300))
+    path = tmp_path_factory.mktemp("foreign") / "foreign.pt"
+    save_checkpoint(path, loaded.config, Tokenizers(tokenizer, tokenizer), build_model(loaded.config.model, 300, 300),
+                    step=0, epoch=0)
+    return path
+
+
+def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, varied_checkpoint, tmp_path):
+    trained = trained_run / "checkpoints" / "best.pt"
+    for beam in ("1", "3"):
+        alone = translate_ok(varied_checkpoint, "--beam", beam, *SENTENCES).stdout
+        with_itself = translate_ok(varied_checkpoint, "--checkpoint", str(varied_checkpoint), "--beam", beam, *SENTENCES)
+        assert with_itself.stdout == alone
+        pair = translate_ok(varied_checkpoint, "--checkpoint", str(trained), "--beam", beam, *SENTENCES).stdout
+        assert len(pair.splitlines()) == 3
+    runs = invoke("translate", "--run", str(trained_run), "--run", str(trained_run), *SENTENCES)
+    assert runs.exit_code == 0, runs.output
+    assert runs.stdout == invoke("translate", "--run", str(trained_run), *SENTENCES).stdout
+
+    src, ref = tmp_path / "s.en", tmp_path / "r.zh"
+    src.write_text("".join(s + "\n" for s in SENTENCES))
+    ref.write_text("车站在哪里？\n你好。\n我爱机器学习\n")
+    scored = invoke("eval", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(trained), "--src", str(src),
+                    "--ref", str(ref), "--beam", "1")
+    assert scored.exit_code == 0, scored.output
+    assert "BLEU = " in scored.stdout
+    hypotheses = varied_checkpoint.with_name("varied+best.s.en.hyp").read_text().splitlines()
+    translated = translate_ok(varied_checkpoint, "--checkpoint", str(trained), "--beam", "1", "--input", str(src))
+    assert hypotheses == translated.stdout.splitlines()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--show-attention"], "--show-attention and --attention-out show one model's attention, not an ensemble's of 2"),
+    (["--model", "exported"], "--model and --checkpoint each name a model"),
+])
+def test_translate_single_model_features_refuse_an_ensemble_in_one_line(varied_checkpoint, extra, message):
+    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(varied_checkpoint),
+                    *extra, "Hello.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_translate_refuses_an_ensemble_of_checkpoints_with_different_tokenizers(varied_checkpoint, foreign_checkpoint):
+    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(foreign_checkpoint), "Hello.")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert f"{varied_checkpoint} and {foreign_checkpoint} use different tokenizers" in result.stderr
+    assert "ensemble checkpoints that share one" in result.stderr
+
+
 def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
     from attn_cli.training import step as training_step
 

@@ -128,6 +128,8 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
     assert before.exit_code == after.exit_code == 0, after.output
     assert [line for line in after.stdout.splitlines()] and len(after.stdout.splitlines()) == 3
     assert _texts(after.stdout) == _texts(before.stdout)
+    refused = runner.invoke(app, ["translate", "--model", str(exported), "--prefix", "我", "Hello."])
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr
     int8 = runner.invoke(app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output",
                                str(tmp_path / "int8")])
     assert int8.exit_code == 2 and "checkpoint not found" in int8.output

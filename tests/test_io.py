@@ -1,6 +1,9 @@
 """Input lines and output files: line N of the output always answers line N of the input."""
 
-from attn_cli.decoding.io import read_lines
+import pytest
+
+from attn_cli.decoding.io import parse_inputs, read_lines
+from attn_cli.errors import UserError
 
 
 def test_input_lines_end_at_newlines_only(tmp_path):
@@ -12,3 +15,30 @@ def test_input_lines_end_at_newlines_only(tmp_path):
     assert read_lines(path) == ["no final newline"]
     path.write_bytes(b"")
     assert read_lines(path) == []
+
+
+def test_text_input_lines_are_sources_that_share_the_prefix_flag():
+    assert parse_inputs(["Hello.", "", "Go."], "text", "in.en", prefix="我") == (["Hello.", "", "Go."], ["我"] * 3)
+    assert parse_inputs(['{"source": "x"}'], "text", "in.en") == (['{"source": "x"}'], [""])
+
+
+def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
+    lines = ['{"source": "Hello.", "prefix": "你"}', '{"source": "Go."}', "", '{"prefix": "", "source": "Tom."}']
+    assert parse_inputs(lines, "jsonl", "in.jsonl") == (["Hello.", "Go.", "", "Tom."], ["你", "", "", ""])
+    # --prefix applies to the lines that give none
+    assert parse_inputs(lines, "jsonl", "in.jsonl", prefix="我")[1] == ["你", "我", "我", ""]
+
+
+@pytest.mark.parametrize("line,problem", [
+    ("Hello.", "not JSON (Expecting value at column 1)"),
+    ('["Hello."]', "a JSON array, not an object"),
+    ('{"prefix": "你"}', "no 'source'"),
+    ('{"source": "Hello.", "prefx": "你"}', "unknown key 'prefx'"),
+    ('{"source": 3}', "'source' is a JSON number, not a string"),
+    ('{"source": "Hello.", "prefix": null}', "'prefix' is a JSON null, not a string"),
+])
+def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem):
+    with pytest.raises(UserError) as error:
+        parse_inputs(['{"source": "fine"}', line], "jsonl", "in.jsonl", first_number=7)
+    assert str(error.value) == (f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "..."}} '
+                                f'("prefix" optional)')

@@ -301,3 +301,38 @@ def test_stdin_lines_are_batched_as_they_arrive_from_a_real_pipe():
         assert list(stdin_batches(stream, max_lines=3)) == [["a", "b", ""], ["c"]]
     # not a real file (as under CliRunner): one line at a time
     assert list(stdin_batches(io.StringIO("a\nb\n"))) == [["a"], ["b"]]
+
+
+# --- prefixes --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_prefix_begins_the_translation_of_its_input_and_forces_only_the_first_part(tokenizers, beam_size):
+    model = _model(tokenizers, seed=1)
+    options = DecodeConfig(beam_size=beam_size, **SHORT)
+    sentences, prefixes = [LONG, "Go.", "", "Tom is here."], ["我们的", "", "你", "他"]
+    forced = translate_sentences(model, tokenizers, sentences, options, 6, "zh", prefixes=prefixes)
+    free = translate_sentences(model, tokenizers, sentences, options, 6, "zh")
+    for translation, prefix in zip(forced, prefixes):
+        assert translation.prefix == prefix
+    long, go, empty, tom = forced
+    for translation, prefix in ((long, "我们的"), (tom, "他")):
+        ids = tokenizers.target.encode([prefix])[0]
+        assert translation.outputs[0][0].tokens[: len(ids)] == ids
+        assert translation.texts[0].startswith(prefix) and translation.texts[0] != free[sentences.index(translation.source)].texts[0]
+    assert [hs[0].tokens for hs in long.outputs[1:]] == [hs[0].tokens for hs in free[0].outputs[1:]]  # later parts: no prefix
+    assert go.texts == free[1].texts and empty.texts == [""]
+
+
+def test_a_prefix_the_model_cannot_output_is_a_one_line_error(tokenizers):
+    model = _model(tokenizers, positions="learned", max_positions=8)
+    prefix = "我们的车站在老桥旁边的河边"
+    assert len(tokenizers.target.encode([prefix])[0]) > 7
+    with pytest.raises(UserError, match=r"^the prefix '我们的车站在老桥旁边的河边' is \d+ target tokens, more than the 7 "
+                                        r"the model can output; shorten it$"):
+        translate_sentences(model, tokenizers, ["Go."], DecodeConfig(beam_size=1), 7, "zh", prefixes=[prefix])
+
+
+def test_prefixes_are_refused_by_a_search_that_takes_none(tokenizers):
+    with pytest.raises(ValueError, match="prefixes need attn's own search"):
+        translate_sentences(None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]],
+                            prefixes=["我"])

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, ThreadsOption,
-                                     Translator, decode_options, load_for_decoding)
+from attn_cli.cli.common import DeviceOption, tell
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
+                                     RunsOption, ThreadsOption, Translator, decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
@@ -18,8 +18,8 @@ from attn_cli.paths import RunPaths, hypotheses_file
 
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
-    run: Optional[Path] = RunOption,
-    checkpoint: Optional[Path] = CheckpointOption,
+    run: Optional[List[Path]] = RunsOption,
+    checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
     src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
@@ -40,32 +40,32 @@ def evaluate(
       attn eval --run runs/en-zh --src test.en --ref test.zh --beam 1
 
       attn eval --model exported/en-zh-int8
+
+      attn eval --checkpoint runs/en-zh/checkpoints/best.pt --checkpoint runs/en-zh-b/checkpoints/best.pt
     """
     # torch and sacrebleu: imported when run, not for --help
     from attn_cli.decoding.io import read_parallel
     from attn_cli.decoding.scoring import score_translations
-    from attn_cli.training.checkpoint import find_checkpoint
 
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    loaded = load_for_decoding(run, checkpoint, model, device, threads)
-    # The translations go next to the model that made them.
-    made_by = model if model is not None else find_checkpoint(run, checkpoint)
+    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size}
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     translator = Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), flags))
     cfg = loaded.config
     if src is None:
-        # An exported model's test split is in the run its config names, unless --run names another.
-        paths = (RunPaths.of(run) if run is not None else RunPaths.of(cfg.run_dir) if model is not None
-                 else RunPaths.of_checkpoint(made_by))
+        # An exported model's test split is in the run its config names, unless --run names another;
+        # an ensemble's is its first member's.
+        paths = (RunPaths.of(run[0]) if run else RunPaths.of(cfg.run_dir) if model is not None
+                 else RunPaths.of_checkpoint(loaded.paths[0]))
         src = paths.split_file("test", cfg.data.src_lang)
         ref = paths.split_file("test", cfg.data.tgt_lang)
         if not src.is_file():
             raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
     sources, references = read_parallel(src, ref)
     hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources)]
-    hypotheses_path = hypotheses_file(made_by, src)
+    hypotheses_path = hypotheses_file(loaded.paths, src)  # next to the model(s) that made them
     write_whole(hypotheses_path, "".join(h + "\n" for h in hypotheses))
     tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
     if bleu:

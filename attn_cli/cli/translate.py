@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from attn_cli.cli.common import CheckpointOption, DeviceOption, RunOption, stderr, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, LengthPenaltyOption, ModelOption, ThreadsOption,
-                                     Translator, decode_options, load_for_decoding)
+from attn_cli.cli.common import DeviceOption, stderr, tell
+from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
+                                     RunsOption, ThreadsOption, Translator, decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 class OutputFormat(str, Enum):
     text = "text"
     jsonl = "jsonl"
+
+
+class InputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+@dataclass
+class Reading:
+    """How input lines become sources and prefixes: --input-format and --prefix."""
+    format: str = "text"
+    prefix: str = ""
 
 
 @dataclass
@@ -42,10 +54,16 @@ class Inspection:
 
 def translate(
     text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate; none reads stdin, one per line."),
-    run: Optional[Path] = RunOption,
-    checkpoint: Optional[Path] = CheckpointOption,
+    run: Optional[List[Path]] = RunsOption,
+    checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
-    input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Translate this file, one sentence per line."),
+    input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Translate this file, one sentence (or, "
+                                              "with --input-format jsonl, one JSON object) per line."),
+    input_format: InputFormat = typer.Option(InputFormat.text, "--input-format", help="text: one sentence per line; "
+                                             'jsonl: one {"source": ..., "prefix": ...} per line, "prefix" optional, '
+                                             "e.g. --input-format jsonl --input todo.jsonl."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", help="Begin every translation with this target text and "
+                                         'search on from there (a JSONL line\'s own "prefix" wins), e.g. --prefix "我".'),
     output_file: Optional[Path] = typer.Option(None, "--output", "-o", help="Write translations here instead of stdout."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
                                            "jsonl: source, translations, scores and tokens."),
@@ -87,6 +105,12 @@ def translate(
       attn translate --show-attention --attention-out attention.png "The cat sleeps."
 
       attn translate --model exported/en-zh-int8 --input news.en --output news.zh
+
+      attn translate --prefix "我" "I love machine learning"
+
+      attn translate --input-format jsonl --input todo.jsonl --format jsonl
+
+      attn translate --checkpoint a.pt --checkpoint b.pt "Where is the station?"
     """
     # torch: imported when run, not for --help
     from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines, valid_text
@@ -98,7 +122,8 @@ def translate(
         raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
                         "--input FILE, or pipe lines to stdin")
     lines = read_lines(input_file) if input_file else None
-    loaded = load_for_decoding(run, checkpoint, model, device, threads)
+    prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
+    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
              "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
              "top_k": top_k, "top_p": top_p, "seed": seed}
@@ -107,11 +132,14 @@ def translate(
     if inspection.wanted and translator.exported:
         raise UserError("--show-attention and --attention-out need a checkpoint: CTranslate2 does not give "
                         "attn every layer's attention; use --run or --checkpoint")
+    if inspection.wanted and loaded.is_ensemble:
+        raise UserError(f"--show-attention and --attention-out show one model's attention, not an ensemble's of "
+                        f"{len(loaded.paths)}; give one --run or --checkpoint")
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
     try:
         with output_stream(output_file) as out:
             _translate_and_write(translator, texts, lines, TranslationWriter(out, output_format.value, tell, where),
-                                 inspection)
+                                 inspection, Reading(input_format.value, prefix))
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     except OSError as error:
@@ -122,17 +150,20 @@ def translate(
 
 
 def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],
-                         writer: TranslationWriter, inspection: Inspection) -> None:
+                         writer: TranslationWriter, inspection: Inspection, reading: Reading) -> None:
     """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
-    from attn_cli.decoding.io import stdin_batches, tolerant_stdin, valid_text
+    from attn_cli.decoding.io import parse_inputs, stdin_batches, tolerant_stdin, valid_text
 
     if texts:
-        translations = translator(texts)
+        translations = translator(*parse_inputs(texts, reading.format, "argument", prefix=reading.prefix))
     elif lines is not None:
-        translations = translator.translate_with_progress(lines)
+        translations = translator.translate_with_progress(*parse_inputs(lines, reading.format, writer.where,
+                                                                        prefix=reading.prefix))
     else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
         for batch in stdin_batches(tolerant_stdin(sys.stdin)):
-            translations = translator(valid_text(batch, "stdin", tell, first_number=writer.count + 1))
+            first = writer.count + 1
+            batch = valid_text(batch, "stdin", tell, first_number=first)
+            translations = translator(*parse_inputs(batch, reading.format, "stdin", first, reading.prefix))
             writer.write(translations)
             if inspection.wanted:
                 _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)

@@ -1,25 +1,34 @@
-"""What translate and eval share: the decoding flags, and a model (a checkpoint, or a directory
-`attn export` wrote) loaded to translate with them.
+"""What translate and eval share: the decoding flags, and what they decode with: a checkpoint,
+several checkpoints decoding as an ensemble, or a directory `attn export` wrote.
 The decoding and training modules (torch) are imported by the functions that use them, so that the
 flags' help answers at once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from attn_cli.cli.common import stderr
-from attn_cli.config import ConfigError, DecodeConfig
+from attn_cli.config import Config, ConfigError, DecodeConfig
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
+    from attn_cli.data.tokenizer import Tokenizers
+    from attn_cli.decoding.ensemble import Ensemble
     from attn_cli.decoding.translate import Translation
     from attn_cli.export.exported import ExportedModel
+    from attn_cli.model import Transformer
     from attn_cli.training.checkpoint import Checkpoint
 
+# --run and --checkpoint of both commands: repeated, they name the members of an ensemble.
+RunsOption = typer.Option(None, "--run", help="Run directory (default: runs/en-zh, the run_dir of en-zh.yaml). "
+                          "Repeat to decode with an ensemble of the runs' best checkpoints: --run runs/a --run runs/b.")
+CheckpointsOption = typer.Option(None, "--checkpoint", help="Checkpoint file (default: RUN/checkpoints/best.pt). "
+                                 "Repeat to decode with an ensemble: --checkpoint a.pt --checkpoint b.pt.")
 # Decoding flags of both commands; None leaves the checkpoint's config value.
 BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
@@ -48,55 +57,120 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
         raise UserError(error.describe(names)) from None
 
 
-def load_for_decoding(run: Path | None, checkpoint: Path | None, model: Path | None,
-                      device: str, threads: int | None = None) -> Checkpoint | ExportedModel:
-    """The exported model at `model`, or else the checkpoint that --run and --checkpoint pick, on the
-    device that --device names (a bad name is reported as --device's)."""
+@dataclass
+class Loaded:
+    """What a command decodes with: checkpoints (several decode as an ensemble, scored by the mean of
+    their log-probabilities) or an exported model."""
+
+    paths: list[Path]  # the checkpoint files, or the exported model's directory
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # empty for an exported model
+    exported: Optional[ExportedModel] = None
+
+    @property
+    def config(self) -> Config:
+        """The first checkpoint's: its decode settings and languages are the command's."""
+        return self.exported.config if self.exported is not None else self.checkpoints[0].config
+
+    @property
+    def tokenizers(self) -> Tokenizers:
+        """The first checkpoint's, which every other one shares (`load_for_decoding` checks)."""
+        return self.exported.tokenizers if self.exported is not None else self.checkpoints[0].tokenizers
+
+    @property
+    def is_ensemble(self) -> bool:
+        return len(self.checkpoints) > 1
+
+    @property
+    def model(self) -> Transformer | Ensemble:
+        """The checkpoint's model, or the ensemble of the checkpoints' models."""
+        from attn_cli.decoding.ensemble import Ensemble
+
+        models = [checkpoint.model for checkpoint in self.checkpoints]
+        return Ensemble(models) if len(models) > 1 else models[0]
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source every model takes: the source's EOS takes one position."""
+        configs = [self.exported.config] if self.exported is not None else [c.config for c in self.checkpoints]
+        return min(config.model.max_positions for config in configs) - 1
+
+
+def load_for_decoding(runs: Sequence[Path], checkpoints: Sequence[Path], model: Path | None,
+                      device: str, threads: int | None = None) -> Loaded:
+    """The exported model at `model`, or else the checkpoints that --run and --checkpoint pick, on the
+    device that --device names (a bad name is reported as --device's). Checkpoints that do not share
+    one tokenizer are refused: their token ids mean different pieces."""
     import torch
 
-    from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
+    from attn_cli.decoding.ensemble import require_shared_tokenizers
+    from attn_cli.training.checkpoint import load_checkpoint
     from attn_cli.training.setup import resolve_device
 
     resolved = resolve_device(device, "--device")
     if model is None:
         if threads is not None:
             torch.set_num_threads(threads)
-        return load_checkpoint(find_checkpoint(run, checkpoint), resolved)
-    if checkpoint is not None:
+        paths = _checkpoint_paths(runs, checkpoints)
+        loaded = [load_checkpoint(path, resolved) for path in paths]
+        require_shared_tokenizers([(str(path), checkpoint.tokenizers) for path, checkpoint in zip(paths, loaded)])
+        return Loaded(paths, loaded)
+    if checkpoints:
         raise UserError("--model and --checkpoint each name a model; give one of them")
+    if len(runs) > 1:
+        raise UserError("--model cannot join an ensemble; decode an exported model alone, or ensemble checkpoints "
+                        "with --run A --run B")
     from attn_cli.export.exported import load_exported
 
     # One thread unless told: CTranslate2's 2-thread mode ran 1.1 to 15 times slower than its single
     # thread on the 2-core development machine (docs/benchmarks.md), never faster there.
-    return load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1)
+    return Loaded([model], exported=load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1))
+
+
+def _checkpoint_paths(runs: Sequence[Path], checkpoints: Sequence[Path]) -> list[Path]:
+    """Each --checkpoint when there are any (one --run beside them names only eval's test split, as
+    before ensembles), else the best checkpoint of each --run, else the default run's."""
+    from attn_cli.training.checkpoint import find_checkpoint
+
+    if checkpoints and len(runs) > 1:
+        raise UserError("an ensemble is several --checkpoint or several --run, not both; "
+                        "name every member as a --checkpoint FILE")
+    if checkpoints:
+        return [find_checkpoint(None, checkpoint) for checkpoint in checkpoints]
+    return [find_checkpoint(run, None) for run in runs] or [find_checkpoint(None, None)]
 
 
 class Translator:
-    """A loaded model with the decode options of this command."""
+    """What a command decodes with, and its decode options."""
 
-    def __init__(self, loaded: Checkpoint | ExportedModel, options: DecodeConfig):
+    def __init__(self, loaded: Loaded, options: DecodeConfig):
         self.loaded, self.options = loaded, options
 
     @property
     def exported(self) -> bool:
-        return not hasattr(self.loaded, "model")
+        return self.loaded.exported is not None
 
-    def __call__(self, sentences: Sequence[str], on_batch=None) -> list[Translation]:
+    def __call__(self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None,
+                 on_batch=None) -> list[Translation]:
+        """Translations of `sentences`, each beginning with its prefix when `prefixes` are given."""
         from attn_cli.decoding.translate import translate_sentences
 
-        cfg = self.loaded.config
-        max_source_tokens = cfg.model.max_positions - 1  # the source's EOS takes one position
-        if self.exported:
-            return translate_sentences(None, self.loaded.tokenizers, sentences, self.options, max_source_tokens,
-                                       cfg.data.tgt_lang, on_batch, search=lambda src: self.loaded.search(src, self.options))
-        return translate_sentences(self.loaded.model, self.loaded.tokenizers, sentences, self.options,
-                                   max_source_tokens, cfg.data.tgt_lang, on_batch)
+        loaded = self.loaded
+        target_language = loaded.config.data.tgt_lang
+        if loaded.exported is not None:
+            if prefixes is not None and any(prefix.strip() for prefix in prefixes):
+                raise UserError("a prefix needs a checkpoint: attn forces prefixes in its own search, not "
+                                "CTranslate2's; use --run or --checkpoint instead of --model")
+            return translate_sentences(None, loaded.tokenizers, sentences, self.options, loaded.max_source_tokens,
+                                       target_language, on_batch,
+                                       search=lambda src: loaded.exported.search(src, self.options))
+        return translate_sentences(loaded.model, loaded.tokenizers, sentences, self.options, loaded.max_source_tokens,
+                                   target_language, on_batch, prefixes=prefixes)
 
-    def translate_with_progress(self, sentences: Sequence[str]) -> list[Translation]:
+    def translate_with_progress(self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None) -> list[Translation]:
         """Translate, with a progress bar on stderr that goes away when done."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=stderr, transient=True) as progress:
             task = progress.add_task("translating", total=None)
-            return self(sentences, on_batch=lambda done, total: progress.update(task, completed=done, total=total))
+            return self(sentences, prefixes, on_batch=lambda done, total: progress.update(task, completed=done, total=total))

@@ -9,6 +9,11 @@ row per source sentence (attention groups the k hypotheses of a sentence onto th
 
 A sentence is done when none of its hypotheses can still beat the worst of its k best finished
 ones, or when it reaches its length limit; it then leaves the batch.
+
+With a forced prefix, each sentence starts from one hypothesis, BOS and the prefix, with
+log-probability 0: the search, its steps, limits and length penalties count the tokens after the
+prefix, which all hypotheses of a sentence share (see `Hypothesis`). The model may be one
+`Transformer` or an `Ensemble`; every member's cache is reordered alike.
 """
 
 from __future__ import annotations
@@ -18,32 +23,38 @@ from typing import Optional
 
 import torch
 
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
+from attn_cli.decoding.ensemble import Ensemble
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, no_prefix, output_limits, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
+def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
-                exact_steps: Optional[int] = None) -> list[list[Hypothesis]]:
+                exact_steps: Optional[int] = None, prefix: Optional[torch.Tensor] = None) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
-    `alpha` is the length penalty exponent (0 ranks by log-probability alone). `exact_steps`
-    forces that many output tokens (EOS forbidden), for benchmarks.
+    `model` is one model or an `Ensemble`. `alpha` is the length penalty exponent (0 ranks by
+    log-probability alone). `exact_steps` forces that many output tokens after the prefix (EOS
+    forbidden), for benchmarks. `prefix` (B, P), the same length P for every row, is forced: every
+    hypothesis begins with it.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
-    limits = output_limits(model, src, max_len_a, max_len_b)
-    search = _BeamState(model, src, beam_size, alpha, limits)
-    cache = model.new_cache()
+    ensemble = Ensemble.of(model)
+    prefix = no_prefix(src) if prefix is None else prefix
+    limits = output_limits(ensemble.max_target_positions, src, max_len_a, max_len_b, prefix.shape[1])
+    search = _BeamState(ensemble, src, beam_size, alpha, limits, prefix)
+    cache = ensemble.new_cache()
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
-    for step in range(steps):
-        logits = model.decode(search.history[:, -1:], search.encoded, cache)[:, -1]
+    for step in range(steps):  # step: tokens searched so far, after the prefix
         at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
         if at_limit is not None:
             at_limit = at_limit.repeat_interleave(beam_size)
-        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None)
+        # The first call fills the cache with BOS and the whole prefix at once; each later call, the last token.
+        log_probs = ensemble.next_log_probs(search.history[:, cache.steps:], search.encoded, cache, at_limit,
+                                            exact_steps is not None)
         rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
         if not rows.numel():
             break
@@ -56,21 +67,24 @@ def beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha
 class _BeamState:
     """The live sentences' hypotheses and the finished ones of every sentence."""
 
-    def __init__(self, model: Transformer, src: torch.Tensor, beam_size: int, alpha: float, limits: torch.Tensor):
+    def __init__(self, ensemble: Ensemble, src: torch.Tensor, beam_size: int, alpha: float, limits: torch.Tensor,
+                 prefix: torch.Tensor):
         batch, device = src.shape[0], src.device
         self.k, self.alpha = beam_size, alpha
-        self.encoded = model.encode(src)
-        self.limits = limits  # (live,) output tokens each live sentence may have before its EOS
+        self.encoded = ensemble.encode(src)
+        self.limits = limits  # (live,) tokens each live sentence may search after its prefix, before its EOS
         # Length penalties at each sentence's longest possible output (its limit plus EOS).
         self.penalty_at_limit = length_penalty((limits + 1).float(), alpha)
         self.shortest_limit = int(limits.min())  # before this step, no sentence is at its limit
         self.full = False  # whether some sentence holds k finished hypotheses yet
         self.sentence = torch.arange(batch, device=device)  # the input index of each live sentence
         # Summed log-probability of each hypothesis; a sentence starts with one, so the other
-        # k - 1 start at -inf and the first step's k best all extend the one BOS.
+        # k - 1 start at -inf and the first step's k best all extend the one BOS and prefix.
         self.scores = torch.full((batch, beam_size), float("-inf"), device=device)
         self.scores[:, 0] = 0.0
-        self.history = torch.full((batch * beam_size, 1), BOS_ID, dtype=torch.long, device=device)  # (live*k, steps+1)
+        bos = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)
+        # (live*k, 1 + P + steps): BOS, the prefix, the searched tokens; rows b*k .. b*k+k-1 are sentence b's.
+        self.history = torch.cat([bos, prefix], dim=1).repeat_interleave(beam_size, dim=0)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # best first, at most k each
         self.worst_kept = torch.full((batch,), float("-inf"), device=device)  # k-th best finished score
 
@@ -125,7 +139,7 @@ class _BeamState:
     def _finish(self, live_index: int, row: int, log_prob: float, step: int) -> None:
         """A candidate that ends here, extending hypothesis `row`: kept if among its sentence's k
         best finished hypotheses."""
-        length = step + 1  # output tokens so far plus this EOS
+        length = step + 1  # tokens searched so far plus this EOS
         self._keep(live_index, Hypothesis(self.history[row, 1:].tolist(), log_prob,
                                           log_prob / length_penalty(length, self.alpha)))
 
@@ -142,7 +156,7 @@ class _BeamState:
         """(live,) whether no live hypothesis of a sentence can beat its k best finished ones.
 
         A live hypothesis's log-probability only falls as it grows, and it will end with between
-        step + 2 tokens (counting EOS) and limit + 1. Divided by a length penalty that changes
+        step + 2 searched tokens (counting EOS) and limit + 1. Divided by a length penalty that changes
         monotonically with the length, its best possible score is at one end of that range.
         """
         best = self.scores.max(dim=1).values  # -inf when no hypothesis goes on

@@ -1,5 +1,6 @@
-"""Greedy decoding and sampling on top of `Transformer.encode`/`decode` and the KV cache. Beam
-search lives in `beam.py`, the pieces every search shares in `hypothesis.py`."""
+"""Greedy decoding and sampling on top of `Transformer.encode`/`decode` and the KV cache, for one
+model or an `Ensemble` (`ensemble.py`). Beam search lives in `beam.py`, the pieces every search
+shares in `hypothesis.py`."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Callable, Optional
 
 import torch
 
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, next_token_log_probs, output_limits, rows_at_limit
-from attn_cli.model import Encoded, Transformer
+from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, no_prefix, output_limits, rows_at_limit
+from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
@@ -40,36 +42,42 @@ def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   use_cache: bool = True, exact_steps: Optional[int] = None,
                   choose: TokenChooser = choose_most_likely, samples: int = 1,
-                  alpha: float = 0.0, scored: bool = True) -> list[list[Hypothesis]]:
+                  alpha: float = 0.0, scored: bool = True, prefix: Optional[torch.Tensor] = None) -> list[list[Hypothesis]]:
     """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
-    `choose` picks each next token: the most likely (greedy) or a `sampler`; `samples` > 1 draws
-    that many outputs per source. A sentence that has ended leaves the batch, so the long ones do
-    not keep the finished ones computing. `use_cache=False` re-runs the decoder over the whole
-    prefix at every step (the reference the cache is tested and benchmarked against).
-    `exact_steps` forces that many output tokens (EOS forbidden), for benchmarks. `alpha` is the
-    length penalty that sets each hypothesis's score; `scored=False` (greedy only) skips the
-    scores, and the log-softmax they need at every step, and leaves them NaN. Returns `samples`
-    hypotheses per source.
+    `model` is one model or an `Ensemble`. `choose` picks each next token: the most likely (greedy)
+    or a `sampler`; `samples` > 1 draws that many outputs per source. A sentence that has ended
+    leaves the batch, so the long ones do not keep the finished ones computing. `use_cache=False`
+    re-runs the decoder over the whole history at every step (the reference the cache is tested
+    and benchmarked against). `exact_steps` forces that many output tokens after the prefix (EOS
+    forbidden), for benchmarks. `alpha` is the length penalty that sets each hypothesis's score;
+    `scored=False` (greedy only) skips the scores, and the log-softmax they need at every step, and
+    leaves them NaN. `prefix` (B, P), the same length P for every row, is forced: every output
+    begins with it, and the search continues from there (see `Hypothesis` for how it is scored).
+    Returns `samples` hypotheses per source.
     """
     if not scored and choose is not choose_most_likely:
         raise ValueError("sampling needs normalized scores")
-    encoded = model.encode(src)
-    limits = output_limits(model, src, max_len_a, max_len_b)
+    ensemble = Ensemble.of(model)
+    prefix = no_prefix(src) if prefix is None else prefix
+    encoded = ensemble.encode(src)
+    limits = output_limits(ensemble.max_target_positions, src, max_len_a, max_len_b, prefix.shape[1])
     if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
         rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
-        encoded, limits = encoded.select(rows), limits[rows]
+        encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     shortest_limit = int(limits.min())
-    cache = model.new_cache() if use_cache else None
-    state = _GreedyState(encoded, limits, src.device, scored)
-    for step in range(steps):
-        logits = model.decode(state.prefix[:, -1:] if use_cache else state.prefix, state.encoded, cache)[:, -1]
+    cache = ensemble.new_cache() if use_cache else None
+    state = _GreedyState(encoded, limits, prefix, scored)
+    for step in range(steps):  # step: tokens searched so far, after the prefix
+        # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
+        new_tokens = state.history[:, cache.steps:] if cache is not None else state.history
         at_limit = rows_at_limit(step, state.limits, shortest_limit)
-        log_probs = next_token_log_probs(logits, at_limit, exact_steps is not None, normalize=scored)
+        log_probs = ensemble.next_log_probs(new_tokens, state.encoded, cache, at_limit, exact_steps is not None,
+                                            normalize=scored)
         next_tokens = choose(log_probs)
         state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
         ended = next_tokens == EOS_ID
@@ -84,32 +92,35 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
 
 
 class _GreedyState:
-    """The rows still decoding, their prefixes and log-probabilities, and the finished results."""
+    """The rows still decoding, their tokens and log-probabilities, and the finished results."""
 
-    def __init__(self, encoded: Encoded, limits: torch.Tensor, device: torch.device, scored: bool):
+    def __init__(self, encoded: EnsembleEncoded, limits: torch.Tensor, prefix: torch.Tensor, scored: bool):
         rows = limits.shape[0]
         self.encoded = encoded
-        self.limits = limits
-        self.alive = torch.arange(rows, device=device)  # the result slot of each row still decoding
-        self.prefix = torch.full((rows, 1), BOS_ID, dtype=torch.long, device=device)
-        self.log_prob = torch.full((rows,), 0.0 if scored else float("nan"), device=device)
+        self.limits = limits  # (rows,) tokens each row may search after its prefix, before its EOS
+        self.forced = prefix.shape[1]  # the prefix's tokens, which start every output
+        self.alive = torch.arange(rows, device=prefix.device)  # the result slot of each row still decoding
+        bos = torch.full((rows, 1), BOS_ID, dtype=torch.long, device=prefix.device)
+        self.history = torch.cat([bos, prefix], dim=1)  # (rows, 1 + P + steps): BOS, prefix, searched tokens
+        self.log_prob = torch.full((rows,), 0.0 if scored else float("nan"), device=prefix.device)
         self.results: list[Optional[Hypothesis]] = [None] * rows
 
     def extend(self, next_tokens: torch.Tensor, log_probs: Optional[torch.Tensor]) -> None:
-        self.prefix = torch.cat([self.prefix, next_tokens[:, None]], dim=1)
+        self.history = torch.cat([self.history, next_tokens[:, None]], dim=1)
         if log_probs is not None:  # None: not scored, and log_prob stays NaN
             self.log_prob += log_probs
 
     def finish(self, ended: torch.Tensor, alpha: float) -> torch.Tensor:
         """Record the rows that ended and drop them from the batch; returns the rows kept."""
         for row in ended.nonzero().squeeze(1).tolist():
-            tokens = self.prefix[row, 1:].tolist()
-            if tokens and tokens[-1] == EOS_ID:
+            tokens = self.history[row, 1:].tolist()
+            if len(tokens) > self.forced and tokens[-1] == EOS_ID:
                 tokens.pop()
             log_prob = self.log_prob[row].item()
-            self.results[self.alive[row]] = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + 1, alpha))
+            searched = len(tokens) - self.forced
+            self.results[self.alive[row]] = Hypothesis(tokens, log_prob, log_prob / length_penalty(searched + 1, alpha))
         kept = (~ended).nonzero().squeeze(1)
-        self.alive, self.prefix, self.log_prob = self.alive[kept], self.prefix[kept], self.log_prob[kept]
+        self.alive, self.history, self.log_prob = self.alive[kept], self.history[kept], self.log_prob[kept]
         self.limits, self.encoded = self.limits[kept], self.encoded.select(kept)
         return kept
 

@@ -1,5 +1,5 @@
 """What every search shares: the `Hypothesis` record, the GNMT length penalty, output length
-limits and the next-token distribution."""
+limits, the empty forced prefix and the next-token distribution."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Optional
 
 import torch
 
-from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Tokens the decoder must never emit: padding and a second start-of-sentence.
@@ -17,9 +16,12 @@ _NEVER_EMITTED = [PAD_ID, BOS_ID]
 
 @dataclass
 class Hypothesis:
+    """One output. With a forced prefix, `tokens` begin with the prefix's, and `log_prob` and `score`
+    count only the tokens searched after it (the prefix is given, not chosen; see `output_limits`)."""
+
     tokens: list[int]  # output ids, without BOS and EOS
-    log_prob: float  # summed log-probability of the tokens and the EOS that ended them
-    score: float  # what ranks hypotheses: log_prob / length_penalty(len(tokens) + 1, alpha)
+    log_prob: float  # summed log-probability of the searched tokens and the EOS that ended them
+    score: float  # what ranks hypotheses: log_prob / length_penalty(searched tokens + 1, alpha)
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
@@ -27,14 +29,25 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5 + length) / 6) ** alpha
 
 
-def output_limits(model: Transformer, src: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+def output_limits(max_target_positions: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int,
+                  prefix_length: int = 0) -> torch.Tensor:
     """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
-    learned target positions end (one position is kept for the EOS)."""
+    learned target positions end (`max_target_positions`, None for no end; one position is kept
+    for the EOS).
+
+    A forced prefix of `prefix_length` tokens is part of the output, so it counts toward the limit:
+    what is returned is how many tokens the search may add after it (0 when the prefix already
+    reaches the limit: the output is the prefix and an EOS)."""
     source_lengths = (src != PAD_ID).sum(dim=1) - 1  # the source ends in EOS
     limits = (max_len_a * source_lengths.float()).long() + max_len_b
-    if model.max_target_positions is not None:
-        limits = limits.clamp(max=model.max_target_positions - 1)
-    return limits
+    if max_target_positions is not None:
+        limits = limits.clamp(max=max_target_positions - 1)
+    return (limits - prefix_length).clamp(min=0)
+
+
+def no_prefix(src: torch.Tensor) -> torch.Tensor:
+    """The empty forced prefix of every row of `src`: (B, 0)."""
+    return src.new_empty((src.shape[0], 0))
 
 
 def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool,

@@ -1,4 +1,5 @@
-"""Sentences in and translations out, as lines: reading input files and stdin, writing text or JSONL.
+"""Sentences in and translations out, as lines: reading input files and stdin (text, or JSONL with
+a prefix per line), writing text or JSONL.
 
 `attn translate` and `attn eval` read and write through here; the messages name the file and line
 at fault, so they can be shown to the user as they are.
@@ -20,6 +21,8 @@ from attn_cli.errors import UserError
 from attn_cli.files import written_whole
 
 OUTPUT_FORMATS = ("text", "jsonl")
+INPUT_FORMATS = ("text", "jsonl")
+_INPUT_KEYS = ("source", "prefix")  # of a JSONL input line
 
 
 def read_lines(path: Path) -> list[str]:
@@ -60,6 +63,48 @@ def valid_text(lines: Sequence[str], where: str | Path, warn: Callable[[str], No
             warn(f"warning: {where} line {number}: bytes that are not UTF-8 were replaced with U+FFFD")
         valid.append(line)
     return valid
+
+
+def parse_inputs(lines: Sequence[str], input_format: str, where: str | Path, first_number: int = 1,
+                 prefix: str = "") -> tuple[list[str], list[str]]:
+    """The sources and prefixes of input lines. A text line is a source, with `prefix` (--prefix, ""
+    for none). A JSONL line is an object {"source": "...", "prefix": "..."}: "prefix" may be left
+    out (then `prefix` applies), and an empty line is an empty source, as in text."""
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
+    if input_format == "text":
+        return list(lines), [prefix] * len(lines)
+    sources, prefixes = [], []
+    for number, line in enumerate(lines, start=first_number):
+        record = _input_record(line, f"{where} line {number}") if line.strip() else {"source": ""}
+        sources.append(record["source"])
+        prefixes.append(record.get("prefix", prefix))
+    return sources, prefixes
+
+
+def _input_record(line: str, where: str) -> dict[str, str]:
+    """One JSONL input line, checked: an object with a "source" string and at most a "prefix" string."""
+    fix = 'write each line as {"source": "...", "prefix": "..."} ("prefix" optional)'
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{where}: not JSON ({error.msg} at column {error.colno}); {fix}") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{where}: a JSON {_json_kind(record)}, not an object; {fix}")
+    unknown = [key for key in record if key not in _INPUT_KEYS]
+    if unknown:  # a misspelt "prefix" must not be dropped without a word
+        raise UserError(f"{where}: unknown key {unknown[0]!r}; {fix}")
+    for key in _INPUT_KEYS:
+        if key in record and not isinstance(record[key], str):
+            raise UserError(f"{where}: {key!r} is a JSON {_json_kind(record[key])}, not a string; {fix}")
+    if "source" not in record:
+        raise UserError(f"{where}: no 'source'; {fix}")
+    return record
+
+
+def _json_kind(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), "null")
 
 
 def _replace_undecodable(line: str) -> str:
@@ -122,7 +167,10 @@ class TranslationWriter:
         if self.format == "jsonl":
             hypotheses = [{"text": text, "score": round(score, 4), "tokens": tokens}
                           for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)]
-            record = {"source": translation.source, "translations": hypotheses}
+            record = {"source": translation.source}
+            if translation.prefix:
+                record["prefix"] = translation.prefix
+            record["translations"] = hypotheses
             if translation.note:
                 record["note"] = translation.note
             return json.dumps(record, ensure_ascii=False) + "\n"

@@ -1,5 +1,6 @@
 """From strings to translations: tokenize, fit long inputs to the model, batch by length, decode
-with the configured search, detokenize, and give the results back in input order.
+with the configured search (from a forced prefix, when given), detokenize, and give the results
+back in input order.
 
 Training's validation BLEU, `attn translate` and `attn eval` all come through here, so they all
 decode the same way, with the `decode` section of the config.
@@ -10,17 +11,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import groupby
+from typing import Any, Optional
 
 import torch
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate, token_batches
+from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.greedy import greedy_search, sampler
 from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.errors import UserError
 from attn_cli.model import Transformer
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.vocab import PAD_ID
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
 _BOUNDARY_ENDINGS = tuple(".!?;:,。！？；：，")
@@ -37,6 +42,7 @@ class Translation:
     parts: list[list[int]] = field(default_factory=list)  # source ids the model saw, no EOS; a long input has several
     outputs: list[list[Hypothesis]] = field(default_factory=list)  # per part, best first
     note: str = ""  # what was done to an input longer than the model takes
+    prefix: str = ""  # the target text every translation was forced to begin with
 
 
 def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> DecodeConfig:
@@ -47,18 +53,41 @@ def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> Decod
     return options
 
 
-def decode_batch(model: Transformer, src: torch.Tensor, options: DecodeConfig,
-                 generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
-    """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search."""
+def decode_batch(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
+                 generator: torch.Generator | None = None,
+                 prefixes: Optional[Sequence[Sequence[int]]] = None) -> list[list[Hypothesis]]:
+    """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search, each
+    row's output forced to begin with its `prefixes` ids (none: no prefix).
+
+    Rows whose prefixes differ in length are searched apart, one group per length: a search fills
+    the cache with BOS and the prefix in one call and then moves every row one position per step,
+    so its rows must stand at the same position. A group is exactly what its rows would be alone."""
+    if prefixes is None or not any(prefixes):
+        return _search(model, src, options, generator, None)
+    results: list[list[Hypothesis]] = [[] for _ in prefixes]
+    by_length = sorted(range(len(prefixes)), key=lambda row: len(prefixes[row]))
+    for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
+        rows = list(group)
+        group_src = src[torch.tensor(rows, device=src.device)]
+        group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
+        prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
+        for row, hypotheses in zip(rows, _search(model, group_src, options, generator, prefix.view(len(rows), length))):
+            results[row] = hypotheses
+    return results
+
+
+def _search(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
+            generator: torch.Generator | None, prefix: Optional[torch.Tensor]) -> list[list[Hypothesis]]:
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
         samples = greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
-                                samples=options.n_best, alpha=options.length_penalty)
+                                samples=options.n_best, alpha=options.length_penalty, prefix=prefix)
         return [sorted(hypotheses, key=lambda h: h.score, reverse=True) for hypotheses in samples]  # best first
     if options.beam_size == 1:
-        return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty)
+        return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty,
+                             prefix=prefix)
     return beam_search(model, src, options.beam_size, options.length_penalty, options.max_len_a,
-                       options.max_len_b, options.n_best)
+                       options.max_len_b, options.n_best, prefix=prefix)
 
 
 def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[int]], list[str]]) -> list[list[int]]:
@@ -82,34 +111,46 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
 Search = Callable[[torch.Tensor], list[list[Hypothesis]]]  # (B, S) source ids -> each row's hypotheses, best first
 
 
-def translate_sentences(model: Transformer | None, tokenizers: Tokenizers, sentences: Sequence[str], options: DecodeConfig,
-                        max_source_tokens: int, target_language: str = "",
-                        on_batch: Callable[[int, int], None] | None = None, search: Search | None = None) -> list[Translation]:
+def translate_sentences(model: Transformer | Ensemble | None, tokenizers: Tokenizers, sentences: Sequence[str],
+                        options: DecodeConfig, max_source_tokens: int, target_language: str = "",
+                        on_batch: Callable[[int, int], None] | None = None, search: Search | None = None,
+                        prefixes: Optional[Sequence[str]] = None) -> list[Translation]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
-    An input of more than `max_source_tokens` tokens is split or truncated as `options.long_inputs`
-    says, with a note. An empty (or all-whitespace) line translates to an empty line. After each
-    batch, `on_batch(done, total)` is told how many of the parts to translate are done. `search`
-    decodes the batches instead of `model`'s own search (an exported model, attn_cli.export).
+    `model` is one model or an `Ensemble`. An input of more than `max_source_tokens` tokens is split
+    or truncated as `options.long_inputs` says, with a note. An empty (or all-whitespace) line
+    translates to an empty line. After each batch, `on_batch(done, total)` is told how many of the
+    parts to translate are done. `search` decodes the batches instead of `model`'s own search (an
+    exported model, attn_cli.export); it takes no prefixes. `prefixes`, one per sentence ("" for
+    none), is target text each translation must begin with: encoded with the target tokenizer
+    (no EOS), it forces the start of the first part of its input.
     """
+    prefix_ids = _encode_prefixes(model, tokenizers, prefixes, len(sentences))
     if search is None:
-        device = next(model.parameters()).device
+        device = Ensemble.of(model).device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
-        search = lambda src: decode_batch(model, src, options, generator)  # noqa: E731
+        search = lambda src, prefixes=None: decode_batch(model, src, options, generator, prefixes)  # noqa: E731
+    elif any(prefix_ids):
+        raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
     else:
         device = torch.device("cpu")
     encoded = tokenizers.source.encode([s.strip() for s in sentences])
     parts = [fit_to_length(ids, max_source_tokens, options.long_inputs, tokenizers.source.id_to_piece)
              for ids in encoded]
-    # Every non-empty part of every input is one example; `owners` maps it back to its input.
-    owned = [(owner, part) for owner, input_parts in enumerate(parts) for part in input_parts if part]
-    owners = [owner for owner, _ in owned]
-    examples = [Example(index, part, []) for index, (_, part) in enumerate(owned)]
+    # Every non-empty part of every input is one example; `owners` maps it back to its input. The
+    # prefix begins the input's translation, so it forces the first part's output only.
+    owned = [(owner, part, prefix_ids[owner] if number == 0 else [])
+             for owner, input_parts in enumerate(parts) for number, part in enumerate(input_parts) if part]
+    owners = [owner for owner, _, _ in owned]
+    examples = [Example(index, part, []) for index, (_, part, _) in enumerate(owned)]
+    example_prefixes = [prefix for _, _, prefix in owned]
     outputs: list[list[Hypothesis]] = [[] for _ in examples]
     done = 0
     for positions in token_batches(examples, options.max_tokens, shuffle=False):
         batch = collate([examples[p] for p in positions]).to(device)
-        for index, hypotheses in zip(batch.indices, search(batch.src)):
+        batch_prefixes = [example_prefixes[index] for index in batch.indices]
+        found = search(batch.src, batch_prefixes) if any(batch_prefixes) else search(batch.src)
+        for index, hypotheses in zip(batch.indices, found):
             outputs[index] = hypotheses
         done += len(positions)
         if on_batch is not None:
@@ -119,15 +160,35 @@ def translate_sentences(model: Transformer | None, tokenizers: Tokenizers, sente
     for owner, hypotheses in zip(owners, outputs):
         per_input[owner].append(hypotheses)
     joiner = "" if target_language in _UNSPACED_LANGUAGES else " "
-    return [_assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best)
-            for sentence, ids, part_ids, part_outputs in zip(sentences, encoded, parts, per_input)]
+    prefixes = prefixes or [""] * len(sentences)
+    return [_assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best, prefix)
+            for sentence, ids, part_ids, part_outputs, prefix in zip(sentences, encoded, parts, per_input, prefixes)]
+
+
+def _encode_prefixes(model: Transformer | Ensemble | None, tokenizers: Tokenizers,
+                     prefixes: Optional[Sequence[str]], count: int) -> list[list[int]]:
+    """The target ids of each input's prefix (no EOS: the output goes on after it); a prefix must
+    leave the decoder a position to end in."""
+    if prefixes is None:
+        return [[] for _ in range(count)]
+    if len(prefixes) != count:
+        raise ValueError(f"{len(prefixes)} prefixes for {count} sentences; give one per sentence")
+    ids = tokenizers.target.encode([prefix.strip() for prefix in prefixes])
+    most = Ensemble.of(model).max_target_positions if model is not None else None
+    for prefix, prefix_ids in zip(prefixes, ids):
+        if most is not None and len(prefix_ids) > most - 1:  # BOS and the prefix must fit the target positions
+            shown = prefix if len(prefix) <= 40 else prefix[:40] + "…"
+            raise UserError(f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most - 1} "
+                            f"the model can output; shorten it")
+    return ids
 
 
 def _assemble(sentence: str, ids: list[int], parts: list[list[int]], outputs: list[list[Hypothesis]],
-              tokenizers: Tokenizers, joiner: str, n_best: int) -> Translation:
+              tokenizers: Tokenizers, joiner: str, n_best: int, prefix: str = "") -> Translation:
     """One input's translation from its parts' hypotheses: the i-th best of each part, joined."""
     if not outputs:  # an empty input: n empty translations, so n-best output keeps n lines per input
-        return Translation(sentence, [""] * n_best, [0.0] * n_best, [[] for _ in range(n_best)], parts, outputs)
+        return Translation(sentence, [""] * n_best, [0.0] * n_best, [[] for _ in range(n_best)], parts, outputs,
+                           prefix=prefix)
     texts, scores, tokens = [], [], []
     for rank in range(min(len(hypotheses) for hypotheses in outputs)):
         chosen = [hypotheses[rank] for hypotheses in outputs]
@@ -139,4 +200,4 @@ def _assemble(sentence: str, ids: list[int], parts: list[list[int]], outputs: li
         note = f"{len(ids)} tokens is more than the model takes; translated in {len(parts)} parts"
     elif len(parts[0]) < len(ids):
         note = f"{len(ids)} tokens is more than the model takes; truncated to the first {len(parts[0])}"
-    return Translation(sentence, texts, scores, tokens, parts, outputs, note)
+    return Translation(sentence, texts, scores, tokens, parts, outputs, note, prefix)

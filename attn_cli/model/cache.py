@@ -41,6 +41,10 @@ class LayerCache:
         self.length += steps
         return self._history[:, : self.length]
 
+    def self_keys_values(self) -> Optional[torch.Tensor]:
+        """The self-attention keys and values cached so far, (B, length, 2 * D); None before any."""
+        return None if self._history is None else self._history[:, : self.length]
+
     def _grow(self, like: torch.Tensor, needed: int) -> None:
         batch, _, width = like.shape
         buffer = like.new_empty((batch, max(32, 2 * needed), width))
