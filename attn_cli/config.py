@@ -208,7 +208,8 @@ class ModelConfig:
     decoder_layers: int = 3
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal | learned (added to the embeddings) | relative (T5 bias) | rotary (in self-attention)
+    positions: Literal["sinusoidal", "learned", "relative", "rotary"] = "sinusoidal"
     max_positions: int = 256
     norm: Literal["pre", "post"] = "pre"
     share_embeddings: bool = True  # needs a joint vocabulary
@@ -223,6 +224,9 @@ class ModelConfig:
         _at_most(f"{path}.max_positions", self.max_positions, MAX_POSITIONS, "attention over longer sequences does not fit in memory")
         if self.d_model % self.num_heads:
             _fail(f"{path}.num_heads", f"{self.num_heads} must divide {path}.d_model={self.d_model}")
+        if self.positions == "rotary" and (self.d_model // self.num_heads) % 2:
+            _fail(f"{path}.positions", f"rotary positions turn pairs of features: d_model / num_heads = "
+                  f"{self.d_model // self.num_heads} must be even; change {path}.num_heads or {path}.d_model")
         for key in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1)")

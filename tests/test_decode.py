@@ -10,7 +10,8 @@ from attn_cli.vocab import BOS_ID
 from conftest import random_source, small_model
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned")])
+@pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned"),
+                                     dict(positions="relative"), dict(positions="rotary")])
 def test_cached_step_logits_equal_full_prefix_logits(variant):
     model = small_model(**variant)
     src = random_source(3, 7, lengths=[7, 4, 6])
@@ -24,10 +25,11 @@ def test_cached_step_logits_equal_full_prefix_logits(variant):
         prefix = torch.cat([prefix, full.argmax(-1, keepdim=True)], dim=1)
 
 
-def test_cached_greedy_decoding_equals_uncached():
+@pytest.mark.parametrize("positions", ["sinusoidal", "relative", "rotary"])
+def test_cached_greedy_decoding_equals_uncached(positions):
     for seed in range(5):
         torch.manual_seed(seed)
-        model = small_model()
+        model = small_model(positions=positions)
         src = random_source(4, 9, lengths=[9, 2, 5, 7])
         cached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6)
         uncached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6, use_cache=False)

@@ -9,7 +9,8 @@ from attn_cli.vocab import BOS_ID, PAD_ID
 
 from conftest import random_source, small_model
 
-VARIANTS = [dict(), dict(pre_norm=False), dict(positions="learned"), dict(share_embeddings=False, tgt_vocab_size=40)]
+VARIANTS = [dict(), dict(pre_norm=False), dict(positions="learned"), dict(share_embeddings=False, tgt_vocab_size=40),
+            dict(positions="relative"), dict(positions="rotary")]
 
 
 def test_explicit_attention_path_equals_fused_kernel_and_returns_weights():
@@ -62,8 +63,9 @@ def test_encoder_position_depends_on_every_source_token(variant):
         assert torch.all(difference > 1e-6), f"changing source token {position} left some outputs unchanged"
 
 
-def test_permuting_the_source_changes_the_output():
-    model = small_model()
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
+def test_permuting_the_source_changes_the_output(positions):
+    model = small_model(positions=positions)
     src = torch.tensor([[10, 11, 12, 13, 14, 3]])
     permuted = torch.tensor([[14, 13, 12, 11, 10, 3]])
     tgt = torch.tensor([[BOS_ID, 20, 21]])

@@ -3,7 +3,8 @@
 The same `MultiHeadAttention` serves encoder self-attention, decoder causal self-attention and
 decoder cross-attention. Masks follow one convention everywhere: boolean, True = may attend
 (the polarity of `torch.nn.functional.scaled_dot_product_attention`), broadcastable to
-(batch, heads, queries, keys), and applied before the softmax.
+(batch, heads, queries, keys), and applied before the softmax. A relative position bias joins it as
+an additive float mask (-inf where the boolean mask hides a key), which both paths take alike.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_cli.model.cache import LayerCache
+from attn_cli.model.positions import RotaryPositions
 
 
 def key_padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -71,6 +73,9 @@ class MultiHeadAttention(nn.Module):
         mask: Optional[torch.Tensor] = None,
         cache: Optional[LayerCache] = None,
         need_weights: bool = False,
+        bias: Optional[torch.Tensor] = None,
+        rotary: Optional[RotaryPositions] = None,
+        start: int = 0,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Attend from `query` (B, T, D) to `memory` (cross-attention) or to itself (self-attention).
 
@@ -78,11 +83,18 @@ class MultiHeadAttention(nn.Module):
         cross-attention projects `memory` once per source and reuses it at every later step.
         `memory` may hold fewer rows than `query`: B sources for B*g queries, where rows
         b*g .. b*g+g-1 belong to source b (the hypotheses of a beam).
+        Self-attention may take relative positions: `bias` (1, heads, T, S) added to the scores, or
+        `rotary` to turn its queries and keys, the first query being at position `start`.
         Returns the output (B, T, D) and, when `need_weights`, the weights (B, heads, T, S).
         """
         if (memory is not None) != self.cross:
             raise ValueError("cross-attention needs `memory` and self-attention takes none")
-        q, k, v = self._project(query, memory, cache)
+        if self.cross and (bias is not None or rotary is not None):
+            raise ValueError("relative positions act in self-attention only")
+        q, k, v = self._project(query, memory, cache, rotary, start)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         batch, _, length, _ = q.shape
         hypotheses = batch // k.shape[0]  # queries per source: beam search's hypotheses
         if hypotheses > 1:
@@ -100,17 +112,20 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return self.out_proj(out), weights
 
-    def _project(self, query: torch.Tensor, memory: Optional[torch.Tensor],
-                 cache: Optional[LayerCache]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values, each (rows, heads, length, d_head)."""
+    def _project(self, query: torch.Tensor, memory: Optional[torch.Tensor], cache: Optional[LayerCache],
+                 rotary: Optional[RotaryPositions], start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values, each (rows, heads, length, d_head). Rotary positions turn the
+        keys before they are cached, so each cached key keeps the rotation of its own position."""
         if self.cross:
             (q,) = self._split_heads(self.q_proj(query), 1)
             if cache is None:
                 return (q, *self.keys_values(memory))
             return (q, *cache.cross_keys_values(lambda: self.keys_values(memory)))
-        if cache is None:
-            return self._split_heads(self.qkv_proj(query), 3)
         qkv = self.qkv_proj(query)  # (B, T, 3D): queries, then keys and values
+        if rotary is not None:
+            qkv = rotary.rotate_queries_and_keys(qkv, self.num_heads, start)
+        if cache is None:
+            return self._split_heads(qkv, 3)
         d_model = self.num_heads * self.head_dim
         (q,) = self._split_heads(qkv[..., :d_model], 1)
         return (q, *self._split_heads(cache.append_self(qkv[..., d_model:]), 2))
@@ -132,7 +147,9 @@ class MultiHeadAttention(nn.Module):
     def _attend_explicitly(self, q, k, v, mask, dropout):
         """The textbook formula, for inspection: softmax(q k^T / sqrt(d_head) + mask) v."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, heads, T, S)
-        if mask is not None:
+        if mask is not None and mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
+        elif mask is not None:  # a float mask: the relative bias, -inf where a key is hidden
+            scores = scores + mask
         weights = scores.softmax(dim=-1)
         return F.dropout(weights, dropout, self.training) @ v, weights

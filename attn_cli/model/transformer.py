@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.model.cache import KVCache, LayerCache
+from attn_cli.model.positions import LearnedPositions, RelativePositionBias, RotaryPositions, SinusoidalPositions
 from attn_cli.vocab import PAD_ID
 
 if TYPE_CHECKING:  # the config is only read by build_model, from a caller that has it
@@ -40,41 +41,6 @@ class Encoded:
 
     def select(self, rows: torch.Tensor) -> "Encoded":
         return Encoded(self.memory.index_select(0, rows), self.mask.index_select(0, rows))
-
-
-class SinusoidalPositions(nn.Module):
-    """Fixed sin/cos encodings; computed for any length, so decoding is never cut short."""
-
-    def __init__(self, d_model: int, max_positions: int):
-        super().__init__()
-        self.d_model = d_model
-        self.register_buffer("table", self._table(max_positions), persistent=False)
-
-    def _table(self, length: int) -> torch.Tensor:
-        position = torch.arange(length, dtype=torch.float32)[:, None]
-        frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
-        table = torch.zeros(length, self.d_model)
-        table[:, 0::2] = torch.sin(position * frequency)
-        table[:, 1::2] = torch.cos(position * frequency[: self.d_model // 2])
-        return table
-
-    def forward(self, start: int, length: int) -> torch.Tensor:
-        if start + length > self.table.shape[0]:
-            self.table = self._table(2 * (start + length)).to(self.table.device)
-        return self.table[start : start + length]
-
-
-class LearnedPositions(nn.Module):
-    def __init__(self, d_model: int, max_positions: int):
-        super().__init__()
-        self.max_positions = max_positions
-        self.embedding = nn.Embedding(max_positions, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
-
-    def forward(self, start: int, length: int) -> torch.Tensor:
-        if start + length > self.max_positions:
-            raise ValueError(f"position {start + length} is beyond model.max_positions={self.max_positions}")
-        return self.embedding.weight[start : start + length]
 
 
 class FeedForward(nn.Sequential):
@@ -112,8 +78,9 @@ class EncoderLayer(nn.Module):
         self.attention_residual = Residual(d_model, dropout, pre_norm)
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x, mask, need_weights=False):
-        out, weights = self.self_attention(self.attention_residual.sublayer_input(x), mask=mask, need_weights=need_weights)
+    def forward(self, x, mask, need_weights=False, bias=None, rotary=None):
+        out, weights = self.self_attention(self.attention_residual.sublayer_input(x), mask=mask, need_weights=need_weights,
+                                           bias=bias, rotary=rotary)
         x = self.attention_residual.add(x, out)
         x = self.feed_forward_residual.add(x, self.feed_forward(self.feed_forward_residual.sublayer_input(x)))
         return x, weights
@@ -129,9 +96,10 @@ class DecoderLayer(nn.Module):
         self.cross_residual = Residual(d_model, dropout, pre_norm)
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False):
+    def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False,
+                self_bias=None, rotary=None, start=0):
         out, self_weights = self.self_attention(self.self_residual.sublayer_input(x), mask=self_mask, cache=cache,
-                                                need_weights=need_weights)
+                                                need_weights=need_weights, bias=self_bias, rotary=rotary, start=start)
         x = self.self_residual.add(x, out)
         out, cross_weights = self.cross_attention(self.cross_residual.sublayer_input(x), memory, mask=memory_mask,
                                                   cache=cache, need_weights=need_weights)
@@ -155,9 +123,19 @@ class Transformer(nn.Module):
         for embedding in {self.src_embedding, self.tgt_embedding}:
             nn.init.normal_(embedding.weight, std=d_model**-0.5)
             nn.init.zeros_(embedding.weight[PAD_ID])
-        position_class = SinusoidalPositions if positions == "sinusoidal" else LearnedPositions
-        self.src_positions = position_class(d_model, max_positions)
-        self.tgt_positions = position_class(d_model, max_positions)
+        self.positions = positions
+        # Absolute positions are added to the embeddings; relative ones act inside self-attention:
+        # T5's bias (one table for the encoder, bidirectional; one for the decoder, causal; none in
+        # cross-attention, as in T5) or rotary queries and keys (attn_cli/model/positions.py).
+        absolute = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}.get(positions)
+        if absolute is None and positions not in ("relative", "rotary"):
+            raise ValueError(f"positions={positions!r} is not sinusoidal, learned, relative or rotary")
+        self.src_positions = absolute(d_model, max_positions) if absolute else None
+        self.tgt_positions = absolute(d_model, max_positions) if absolute else None
+        relative = positions == "relative"
+        self.encoder_bias = RelativePositionBias(num_heads, True, d_model) if relative else None
+        self.decoder_bias = RelativePositionBias(num_heads, False, d_model) if relative else None
+        self.rotary = RotaryPositions(d_model // num_heads) if positions == "rotary" else None
         self.embedding_dropout = dropout
         layer_args = (d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
@@ -175,16 +153,22 @@ class Transformer(nn.Module):
             return checkpoint(layer, *args, use_reentrant=False, **kwargs)
         return layer(*args, **kwargs)
 
-    def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: nn.Module, start: int = 0) -> torch.Tensor:
-        x = embedding(ids) * self.embed_scale + positions(start, ids.shape[1]).to(embedding.weight.dtype)
+    def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: Optional[nn.Module],
+               start: int = 0) -> torch.Tensor:
+        x = embedding(ids) * self.embed_scale
+        if positions is not None:  # absolute positions; relative ones enter in attention
+            x = x + positions(start, ids.shape[1]).to(embedding.weight.dtype)
         return F.dropout(x, self.embedding_dropout, self.training)
 
     def encode(self, src: torch.Tensor, attention: Optional[AttentionWeights] = None) -> Encoded:
         """src (B, S) ids ending in EOS, right-padded -> the encoder output and its padding mask."""
         mask = key_padding_mask(src, PAD_ID)
         x = self._embed(src, self.src_embedding, self.src_positions)
+        length = src.shape[1]
+        bias = self.encoder_bias(0, length, length) if self.encoder_bias is not None else None
         for layer in self.encoder_layers:
-            x, weights = self._run_layer(layer, x, mask, need_weights=attention is not None)
+            x, weights = self._run_layer(layer, x, mask, need_weights=attention is not None, bias=bias,
+                                         rotary=self.rotary)
             if attention is not None:
                 attention.setdefault("encoder", []).append(weights)
         return Encoded(self.encoder_norm(x), mask)
@@ -216,10 +200,13 @@ class Transformer(nn.Module):
         else:  # several new positions at once: causal among themselves, all cached keys visible
             self_mask = torch.ones(length, start + length, dtype=torch.bool, device=tgt_in.device).tril(start)[None, None]
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
+        # New queries at start .. start+T-1 against every key so far, cached ones included.
+        bias = self.decoder_bias(start, length, start + length) if self.decoder_bias is not None else None
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
             x, self_weights, cross_weights = self._run_layer(layer, x, self_mask, encoded.memory, encoded.cross_attention_mask,
-                                                             layer_cache, need_weights=attention is not None)
+                                                             layer_cache, need_weights=attention is not None,
+                                                             self_bias=bias, rotary=self.rotary, start=start)
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
                 attention.setdefault("cross", []).append(cross_weights)
