@@ -27,6 +27,7 @@ import argparse
 import json
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,17 +147,21 @@ def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
 
 
 def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
-    """`attn train` on two torchrun processes (gloo, one thread each) on the data prepared for `pairs`,
-    in a run directory of its own that shares the prepared entry through data.cache_dir; and one
-    process alike, for comparison."""
+    """`attn train` on two torchrun processes (gloo, one thread each) on the data bench_size prepared
+    for `pairs`, in a run directory of its own given that run's tokenizer and sharing one prepared
+    entry through data.cache_dir; and one process alike, for comparison. Only training is measured:
+    the tokenizer is reused and the entry prepared before."""
     corpus = workdir / f"corpus-{pairs}.tsv"
     cache = workdir / "shared-cache"
     common = ["--set", f"data.cache_dir={cache}", "--set", "train.device=cpu", "--set", "train.threads=1",
               *_training(steps)]
-    run(["prepare", *_settings(corpus, workdir / f"run-{pairs}-prepare"), "--set", f"data.cache_dir={cache}"])
-    one = run(["train", *_settings(corpus, workdir / f"run-{pairs}-one"), *common])
-    two = run(["train", *_settings(corpus, workdir / f"run-{pairs}-two"), *common],
-              launcher=["torchrun", "--nproc_per_node=2", "--standalone"])
+    runs = {name: workdir / f"run-{pairs}-{name}" for name in ("one", "two")}
+    for directory in runs.values():
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(workdir / f"run-{pairs}" / "tokenizer", directory / "tokenizer")
+    run(["prepare", *_settings(corpus, runs["one"]), "--set", f"data.cache_dir={cache}"])
+    one = run(["train", *_settings(corpus, runs["one"]), *common])
+    two = run(["train", *_settings(corpus, runs["two"]), *common], launcher=["torchrun", "--nproc_per_node=2", "--standalone"])
     one.pop("stdout")
     two.pop("stdout")
     return {"pairs": pairs, "one_process": one, "two_processes": two}
@@ -167,6 +172,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--ranks-size", type=int, default=1_000_000,
                         help="the size (one of --sizes) at which two torchrun processes are measured; 0: none")
+    parser.add_argument("--ranks-only", action="store_true",
+                        help="measure only the two processes, in a --workdir where an earlier run left the corpus "
+                             "and tokenizer of --ranks-size")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--json", type=Path)
@@ -176,7 +184,7 @@ def main() -> None:
         workdir = args.workdir or Path(temporary)
         workdir.mkdir(parents=True, exist_ok=True)
         results = []
-        for pairs in args.sizes:
+        for pairs in [] if args.ranks_only else args.sizes:
             results.append(bench_size(pairs, workdir, args.steps))
             r = results[-1]
             print(f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; first prepare {r['first_prepare']['seconds']} s "
@@ -185,6 +193,8 @@ def main() -> None:
                   f"{r['train']['peak_rss_mb']:,} MB, PSS {r['train']['peak_pss_mb']:,} MB, anonymous "
                   f"{r['train']['peak_anonymous_mb']:,} MB", flush=True)
         ranks = bench_two_ranks(args.ranks_size, workdir, args.steps) if args.ranks_size in args.sizes else None
+        if ranks is not None:
+            print(f"two processes on {args.ranks_size:,} pairs: {ranks}", flush=True)
 
     print(f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
           f"| peak RSS | peak PSS | peak USS | peak anonymous |")
