@@ -20,7 +20,7 @@ from attn_cli.cli.common import reports_user_errors
 from conftest import REPO
 
 HEAVY = ("torch", "sentencepiece", "sacrebleu", "datasets")
-COMMANDS = ("train", "tokenizer", "translate", "eval", "average")
+COMMANDS = ("train", "tokenizer", "translate", "eval", "average", "doctor")
 
 
 def _installed_version() -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attn_cli.config import CorpusConfig, DataConfig
-from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, read_corpus
+from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, iter_numbered_corpus, read_corpus
 from attn_cli.data.split import split_corpus
 from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -78,6 +78,15 @@ def test_tsv_strict_raises_with_file_and_line(messy_tsv: str) -> None:
         read_corpus(tsv_cfg(messy_tsv), strict=True)
     assert f"{messy_tsv}:4:" in str(error.value)
     assert "data.strict" in str(error.value)
+
+
+def test_numbered_pairs_carry_the_line_they_were_read_from(messy_tsv: str, tmp_path: Path) -> None:
+    # Blank and malformed lines are skipped, yet each pair keeps its own line.
+    assert list(iter_numbered_corpus(tsv_cfg(messy_tsv))) == [(1, ("Hi.", "嗨。")), (2, ("Run!", "跑！")), (6, ("Go.", "走。"))]
+    src = write_bytes(tmp_path / "a.en", "A.\n\nC.\n".encode("utf-8"))
+    tgt = write_bytes(tmp_path / "a.zh", "甲。\n\n丙。\n".encode("utf-8"))
+    text = CorpusConfig(format="text", src_path=src, tgt_path=tgt)
+    assert list(iter_numbered_corpus(text)) == [(1, ("A.", "甲。")), (3, ("C.", "丙。"))]
 
 
 def test_tsv_columns_are_configurable(tmp_path: Path) -> None:

@@ -237,3 +237,56 @@ def test_a_tokenizer_write_that_fails_leaves_no_model_behind(tmp_path, monkeypat
         tokenizers.save(tmp_path)
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []  # neither half a model nor its temporary file
+
+
+CPU_ALLOCATOR_FAILURE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                         "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+                                   RuntimeError(CPU_ALLOCATOR_FAILURE)], ids=["cuda", "cpu"])
+def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_path, monkeypatch, error):
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+    from attn_cli.training.step import TrainingStep
+
+    from conftest import REPO
+
+    real_step, calls = TrainingStep.__call__, []
+
+    def third_step_runs_out_of_memory(self, batches):
+        calls.append(len(batches))
+        if len(calls) == 3:
+            raise error
+        return real_step(self, batches)
+
+    monkeypatch.setattr(TrainingStep, "__call__", third_step_runs_out_of_memory)
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", "--config", str(REPO / "configs/tiny.yaml"), "--set", f"run_dir={run_dir}"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and result.output.splitlines()[-1] == errors[0]
+    assert errors[0].startswith("error: out of memory on cpu: the batch of ") and " rows x " in errors[0]
+    for advice in ("train.gradient_checkpointing: true", "lower train.max_tokens", "train.precision: bf16", "--resume"):
+        assert advice in errors[0]
+    last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert last.step == 2 and last.metrics["out_of_memory"]  # the state before the step that failed
+
+    # The run continues from there with the advice taken.
+    monkeypatch.setattr(TrainingStep, "__call__", real_step)
+    resumed = CliRunner().invoke(app, ["train", "--config", str(run_dir / "config.yaml"), "--resume",
+                                       "--set", "train.gradient_checkpointing=true", "--set", "train.max_steps=4"])
+    assert resumed.exit_code == 0, resumed.output
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt").step == 4
+
+
+def test_only_a_failed_allocation_counts_as_out_of_memory():
+    from attn_cli.training.out_of_memory import is_out_of_memory
+
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
+    assert is_out_of_memory(RuntimeError(CPU_ALLOCATOR_FAILURE))
+    assert is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"))
+    assert not is_out_of_memory(ValueError("out of memory"))

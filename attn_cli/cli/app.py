@@ -7,6 +7,7 @@ import typer
 from attn_cli import package_version
 from attn_cli.cli.average import average
 from attn_cli.cli.common import reports_user_errors
+from attn_cli.cli.doctor import doctor
 from attn_cli.cli.eval import evaluate
 from attn_cli.cli.export import export
 from attn_cli.cli.prepare import prepare
@@ -42,7 +43,7 @@ def _options(version: bool = typer.Option(False, "--version", callback=_print_ve
 
 # Registered here rather than decorated in each module, so that no command can miss the handler.
 for name, command in [("train", train), ("prepare", prepare), ("tokenizer", tokenizer), ("translate", translate), ("eval", evaluate),
-                      ("average", average), ("export", export)]:
+                      ("average", average), ("export", export), ("doctor", doctor)]:
     app.command(name=name)(reports_user_errors(command))
 
 

@@ -78,13 +78,20 @@ def iter_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadRe
 
     `config_key` is the YAML path of `cfg`, used only in error messages (e.g. "data.valid_corpus").
     """
+    return (pair for _, pair in iter_numbered_corpus(cfg, strict, report, config_key))
+
+
+def iter_numbered_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
+                         config_key: str = "data.corpus") -> Iterator[tuple[int, Pair]]:
+    """`iter_corpus`, each pair with the 1-based line it was read from (the row + 1 of a dataset),
+    so that a report about a pair can point at it in the file."""
     readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "hf": _read_hf}
     if cfg.format not in readers:
         raise DataError(f"{config_key}.format: {cfg.format!r} is not one of 'tsv', 'jsonl', 'text', 'hf'")
-    for pair in readers[cfg.format](cfg, _Skipper(strict, report), config_key):
+    for line, pair in readers[cfg.format](cfg, _Skipper(strict, report), config_key):
         if report is not None:
             report.read += 1
-        yield pair
+        yield line, pair
 
 
 def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
@@ -151,7 +158,7 @@ def _decoded_lines(path: Optional[str], key: str, skipper: _Skipper) -> Iterable
         yield number, line
 
 
-def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
+def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
     needed = max(cfg.src_column, cfg.tgt_column) + 1
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
@@ -166,7 +173,7 @@ def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        yield src, tgt
+        yield number, (src, tgt)
 
 
 _MISSING = object()
@@ -207,7 +214,7 @@ def _not_encodable(src: str, tgt: str) -> Optional[str]:
     return None
 
 
-def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
+def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
         if not line.strip():
             continue
@@ -223,7 +230,7 @@ def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        yield pair
+        yield number, pair
 
 
 def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]:
@@ -241,7 +248,7 @@ def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]
         yield src_raw, tgt_raw
 
 
-def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
+def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
     for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key), start=1):
         src, tgt = _decode(src_raw), _decode(tgt_raw)
         if src is None or tgt is None:
@@ -253,14 +260,14 @@ def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]
         if not src or not tgt:
             skipper.skip(cfg.src_path if not src else cfg.tgt_path, number, _empty_side(src, tgt))
             continue
-        yield src, tgt
+        yield number, (src, tgt)
 
 
 # Rows of a dataset taken from its Arrow table at a time: Python objects for these only.
 _HF_ROWS_AT_A_TIME = 10_000
 
 
-def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
+def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
     dataset = _open_hf_dataset(cfg, key)
     source = f"hf:{cfg.path or cfg.hf_name}"
     src_top = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")
@@ -276,7 +283,7 @@ def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[Pair]:
             if problem:
                 skipper.skip(source, row, problem)
                 continue
-            yield pair
+            yield row, pair
 
 
 def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:

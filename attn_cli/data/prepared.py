@@ -157,9 +157,9 @@ def _content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def open_prepared(cache_dir: Path, name: str) -> Optional[PreparedData]:
+def open_prepared(cache_dir: Path, name: str, remove_damaged: bool = True) -> Optional[PreparedData]:
     """The complete entry `name` in `cache_dir`, or None when there is none (or a damaged one, which
-    is removed so that it is prepared again)."""
+    is removed so that it is prepared again, unless the caller only reads: `remove_damaged=False`)."""
     directory = cache_dir / name
     if not (directory / _MANIFEST).is_file():  # written last: without it, not an entry
         return None
@@ -168,7 +168,8 @@ def open_prepared(cache_dir: Path, name: str) -> Optional[PreparedData]:
         return PreparedData(TokenizedPairs.open(directory), _read_pairs(directory, "valid"),
                             _read_pairs(directory, "test"), manifest["stats"], directory)
     except (OSError, ValueError, KeyError):  # cut short by something other than attn, or changed by hand
-        shutil.rmtree(directory, ignore_errors=True)
+        if remove_damaged:
+            shutil.rmtree(directory, ignore_errors=True)
         return None
 
 

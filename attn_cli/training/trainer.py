@@ -4,6 +4,7 @@ signal, divergence or early stopping."""
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from attn_cli.training.checkpoint import keep_newest_step_checkpoints, save_chec
 from attn_cli.training.distributed import process_group
 from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.training.metrics_log import MetricsLog
+from attn_cli.training.out_of_memory import TrainingOutOfMemory, describe_batches, is_out_of_memory, out_of_memory_message
 from attn_cli.training.progress import TrainingDisplay, TrainingStatus
 from attn_cli.training.rng import capture_rng_state
 from attn_cli.training.run_lock import run_directory_lock
@@ -89,8 +91,19 @@ class Trainer:
     # -- one step -------------------------------------------------------------------------------
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        """One update; a non-finite loss or gradient norm skips it (and counts towards stopping), leaving `step` as it was."""
-        result = self.update(batches)
+        """One update; a non-finite loss or gradient norm skips it (and counts towards stopping), leaving `step` as it was.
+        An update that runs out of memory raises TrainingOutOfMemory naming its batches."""
+        failed = None
+        try:
+            result = self.update(batches)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            failed = describe_batches(batches)
+        if failed is not None:
+            # Raised outside the except block: the allocator's error, whose traceback holds the failed
+            # step's tensors, is gone, and with it the memory the checkpoint about to be saved may need.
+            raise TrainingOutOfMemory(failed)
         self.nonfinite.record(result, self.step)
         if result.applied:
             self.step += 1
@@ -262,6 +275,8 @@ class Trainer:
         with stop_requests(second_stops_at_once=not self.ranks.distributed) as stop:
             try:
                 self._loop(meter, stop)
+            except TrainingOutOfMemory as failed:
+                self._save_after_out_of_memory(str(failed))
             except (KeyboardInterrupt, TrainingDiverged) as reason:
                 # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
                 why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
@@ -269,6 +284,23 @@ class Trainer:
                                  f"before exiting")
                 self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, why: True})
                 raise
+
+    def _save_after_out_of_memory(self, what_failed: str) -> None:
+        """last.pt as it was before the update that ran out of memory, then the one line that says so.
+        An update fails before the optimizer changes a parameter (forward and backward are where the
+        memory goes), and its batches are counted only once it completes, so a resume repeats it."""
+        self.optimizer.zero_grad(set_to_none=True)  # the failed update's partial gradients
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        saved_step = None
+        # With several processes the others are mid-update and cannot join the save: none is written.
+        if not self.ranks.distributed:
+            self.display.log(f"out of memory: {what_failed} did not fit; saving the last checkpoint before exiting")
+            self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, "out_of_memory": True})
+            saved_step = self.step
+        raise TrainingOutOfMemory(out_of_memory_message(what_failed, self.device, self.cfg.train, self.paths,
+                                                        saved_step)) from None
 
     def _agreed_stop(self, stop: StopRequest) -> bool:
         """Whether the budget is spent; raises TrainingInterrupted for a stop signal. Every process
