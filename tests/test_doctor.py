@@ -176,3 +176,35 @@ def test_bad_pairs_are_counted_with_their_lines(tmp_path):
     clean_checks = statuses(diagnose_config(config))
     assert all(clean_checks[name] == "pass" for name in ("malformed lines", "empty sides", "copies", "length ratios"))
     assert clean_checks["sources in two splits"] == "fail"  # the validation and test corpora are one file
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
+def test_every_position_scheme_passes_the_model_checks(positions, monkeypatch):
+    """The score scale is recomputed with the layer's own relative bias or rotation, so a healthy
+    model of any scheme passes; and with the scheme's positions taken out, the positions check fails."""
+    from attn_cli.doctor.model_checks import model_checks
+    from attn_cli.doctor.probes import Probe
+
+    from conftest import random_source, small_model
+
+    torch.manual_seed(0)
+    model = small_model(positions=positions)
+    src = random_source(4, 9, lengths=[9, 5, 7, 8])
+    tgt_in = torch.cat([torch.full((4, 1), 1), torch.randint(4, 50, (4, 7))], dim=1)
+    probe = Probe(src, tgt_in, "random")
+    checks = {check.name: check for check in model_checks(model, probe)}
+    failed = {name: check.found for name, check in checks.items() if check.status == "fail"}
+    assert not failed and checks["score scale"].status == "pass", failed
+
+    from attn_cli.model import positions as positions_module
+
+    without = {"sinusoidal": ("SinusoidalPositions", lambda self, start, length: torch.zeros(length, self.d_model)),
+               "learned": ("LearnedPositions", lambda self, start, length: torch.zeros(length, 32)),
+               "relative": ("RelativePositionBias", lambda self, start, queries, keys: torch.zeros(1, 4, queries, keys)),
+               "rotary": ("RotaryPositions", None)}[positions]
+    if positions == "rotary":
+        monkeypatch.setattr(positions_module.RotaryPositions, "rotate", lambda self, x, start: x)
+    else:
+        monkeypatch.setattr(getattr(positions_module, without[0]), "forward", without[1])
+    checks = {check.name: check for check in model_checks(model, probe)}
+    assert checks["positions"].status == "fail", checks["positions"].found

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from attn_cli.model.attention import MultiHeadAttention
+from attn_cli.model.positions import RotaryPositions
 
 
 @dataclass
@@ -23,6 +24,10 @@ class AttentionCall:
     mask: Optional[torch.Tensor]  # boolean, True = may attend, broadcastable to (B, heads, T, S)
     output: torch.Tensor  # (B, T, D)
     weights: Optional[torch.Tensor]  # (B, heads, T, S) when the call asked for them
+    # Relative positions of self-attention, as the call got them (attn_cli/model/positions.py).
+    bias: Optional[torch.Tensor] = None  # (1, heads, T, S), added to the scores
+    rotary: Optional[RotaryPositions] = None  # turns queries and keys by their positions
+    start: int = 0  # the position of the first query
 
     @property
     def kind(self) -> str:
@@ -49,7 +54,8 @@ def attention_calls(model: nn.Module) -> Iterator[list[AttentionCall]]:
             memory = args[1] if len(args) > 1 else kwargs.get("memory")
             out, weights = output
             calls.append(AttentionCall(name, module, args[0] if args else kwargs["query"], memory,
-                                       kwargs.get("mask"), out, weights))
+                                       kwargs.get("mask"), out, weights, kwargs.get("bias"), kwargs.get("rotary"),
+                                       kwargs.get("start", 0)))
         return record
 
     for name, module in model.named_modules():
@@ -65,7 +71,8 @@ def attention_calls(model: nn.Module) -> Iterator[list[AttentionCall]]:
 def queries_and_keys(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor]:
     """The call's queries and keys, (B, heads, length, d_head) each, projected anew from its inputs
     with the module's weights: the fused projection's first D rows are the queries' (self-attention),
-    and cross-attention's keys are the first D rows of its key-value projection."""
+    and cross-attention's keys are the first D rows of its key-value projection. Rotary positions
+    turn them as the call's own `rotary` does."""
     module = call.module
     width = module.num_heads * module.head_dim
     if module.cross:
@@ -75,9 +82,12 @@ def queries_and_keys(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor]:
         weight, bias = module.qkv_proj.weight, module.qkv_proj.bias
         queries = nn.functional.linear(call.query, weight[:width], bias[:width])
         keys = nn.functional.linear(call.query, weight[width : 2 * width], bias[width : 2 * width])
-    return _heads(queries, module.num_heads), _heads(keys, module.num_heads)
+    return _heads(queries, module.num_heads, call), _heads(keys, module.num_heads, call)
 
 
-def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+def _heads(x: torch.Tensor, heads: int, call: AttentionCall) -> torch.Tensor:
     batch, length, width = x.shape
-    return x.view(batch, length, heads, width // heads).transpose(1, 2)
+    x = x.view(batch, length, heads, width // heads)  # (B, T, heads, d_head)
+    if call.rotary is not None:
+        x = call.rotary.rotate(x, call.start)
+    return x.transpose(1, 2)

@@ -52,6 +52,8 @@ def score_ratio(call: AttentionCall, probe: Probe) -> float:
     s - logsumexp s), so both are compared after removing each row's mean over its visible keys."""
     queries, keys = queries_and_keys(call)
     textbook = queries @ keys.transpose(-2, -1) / math.sqrt(call.module.head_dim)
+    if call.bias is not None:  # relative positions: the textbook scores carry the bias too
+        textbook = textbook + call.bias
     visible = _visible(call, probe) & (call.weights > SMALLEST_WEIGHT)
     used = call.weights.clamp_min(SMALLEST_WEIGHT).log()
     textbook_spread = _centred(textbook, visible).square().sum()
@@ -63,7 +65,7 @@ def fused_drift(call: AttentionCall) -> float:
     formula's output the call returned with its weights, relative to the output's size."""
     module = call.module
     args = (call.query, call.memory) if module.cross else (call.query,)
-    fused, _ = module(*args, mask=call.mask)
+    fused, _ = module(*args, mask=call.mask, bias=call.bias, rotary=call.rotary, start=call.start)
     return float((fused - call.output).abs().max() / call.output.abs().max().clamp_min(1e-12))
 
 
