@@ -318,6 +318,7 @@ class DecodeConfig:
     top_p: float = 1.0  # with sample: only the smallest set of tokens whose probability reaches p
     seed: Optional[int] = None  # with sample: a seed makes the samples repeatable
     long_inputs: Literal["split", "truncate"] = "split"  # inputs beyond model.max_positions
+    no_repeat_ngram: int = 0  # > 0: no token n-gram of this size twice in one output (curbs stutter); 0 = off
 
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower
@@ -334,6 +335,9 @@ class DecodeConfig:
             _at_most(f"{path}.{key}", getattr(self, key), MAX_BEAM, "each one multiplies the memory and time of decoding")
         if self.length_penalty < 0:
             _fail(f"{path}.length_penalty", f"{self.length_penalty} must be >= 0 (0 turns it off)")
+        if self.no_repeat_ngram < 0:
+            _fail(f"{path}.no_repeat_ngram", f"{self.no_repeat_ngram} must be >= 0 (0 turns it off)")
+        _at_most(f"{path}.no_repeat_ngram", self.no_repeat_ngram, MAX_EXTRA_TOKENS, "no output is that long")
         if not self.sample and self.n_best > self.beam_size:
             raise ConfigError(f"{self.n_best} is more than $beam_size={self.beam_size}; a beam of k keeps at most "
                               f"k translations, so raise $beam_size", f"{path}.n_best",

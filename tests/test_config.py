@@ -73,6 +73,7 @@ def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
     ("decode:\n  beam_size: 100000000\n", "decode.beam_size: 100,000,000 is more than 1,024"),
     ("decode:\n  max_len_b: 1000000000\n", "decode.max_len_b: 1,000,000,000 is more than 100,000"),
     ("decode:\n  length_penalty: -1\n", "decode.length_penalty: -1.0 must be >= 0"),
+    ("decode:\n  no_repeat_ngram: -2\n", "decode.no_repeat_ngram: -2 must be >= 0"),
 ])
 def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
     with pytest.raises(ConfigError) as error:

@@ -32,6 +32,8 @@ CheckpointsOption = typer.Option(None, "--checkpoint", help="Checkpoint file (de
 # Decoding flags of both commands; None leaves the checkpoint's config value.
 BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
+NoRepeatNgramOption = typer.Option(None, "--no-repeat-ngram", min=0, help="Forbid any token n-gram of this size "
+                                   "twice in one output, e.g. 3 (curbs stutter); 0 turns it off (config: decode.no_repeat_ngram).")
 BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
 ModelOption = typer.Option(None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2).")
 ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threads: torch's for a checkpoint (default: "
@@ -41,7 +43,7 @@ ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threa
 DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "max_tokens": "--batch-size",
                 "sample": "--sample", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-                "seed": "--seed"}
+                "seed": "--seed", "no_repeat_ngram": "--no-repeat-ngram"}
 
 
 def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:

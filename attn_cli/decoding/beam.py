@@ -24,7 +24,8 @@ from typing import Optional
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, no_prefix, output_limits, rows_at_limit
+from attn_cli.decoding.hypothesis import (Hypothesis, ban_repeated_ngrams, length_penalty, no_prefix, output_limits,
+                                         rows_at_limit)
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -32,13 +33,15 @@ from attn_cli.vocab import BOS_ID, EOS_ID
 @torch.inference_mode()
 def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
-                exact_steps: Optional[int] = None, prefix: Optional[torch.Tensor] = None) -> list[list[Hypothesis]]:
+                exact_steps: Optional[int] = None, prefix: Optional[torch.Tensor] = None,
+                no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
     `model` is one model or an `Ensemble`. `alpha` is the length penalty exponent (0 ranks by
     log-probability alone). `exact_steps` forces that many output tokens after the prefix (EOS
     forbidden), for benchmarks. `prefix` (B, P), the same length P for every row, is forced: every
-    hypothesis begins with it.
+    hypothesis begins with it. `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in
+    a hypothesis.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
@@ -55,6 +58,8 @@ def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int
         # The first call fills the cache with BOS and the whole prefix at once; each later call, the last token.
         log_probs = ensemble.next_log_probs(search.history[:, cache.steps:], search.encoded, cache, at_limit,
                                             exact_steps is not None)
+        if no_repeat_ngram:
+            ban_repeated_ngrams(log_probs, search.history, no_repeat_ngram)
         rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
         if not rows.numel():
             break

@@ -71,6 +71,23 @@ def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor],
     return log_probs
 
 
+def ban_repeated_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) -> torch.Tensor:
+    """Forbid, in place, each row's next tokens that would complete a token n-gram the row already
+    holds (fairseq's and CTranslate2's no_repeat_ngram_size), so a stutter such as 叔叔叔叔 cannot
+    grow; `n` = 1 forbids every token already used. `history` (rows, L) is BOS, any forced prefix
+    and the tokens searched so far; EOS is never in it, so every row may still end."""
+    tokens = history[:, 1:]  # without BOS
+    length = tokens.shape[1]
+    if n < 1 or length < n:  # no complete n-gram yet
+        return log_probs
+    windows = tokens.unfold(1, n, 1)  # (rows, L - n + 1, n): every n-gram so far
+    ending = tokens[:, length - n + 1:]  # (rows, n - 1): what the next token would complete
+    repeats = (windows[:, :, :-1] == ending[:, None, :]).all(dim=-1)  # (rows, L - n + 1)
+    rows, starts = repeats.nonzero(as_tuple=True)
+    log_probs[rows, windows[rows, starts, -1]] = float("-inf")
+    return log_probs
+
+
 def rows_at_limit(step: int, limits: torch.Tensor, shortest_limit: int) -> Optional[torch.Tensor]:
     """(rows,) whether each row has reached its limit at this step; None while none can have."""
     return step >= limits if step >= shortest_limit else None

@@ -81,13 +81,14 @@ def _search(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeCon
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
         samples = greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
-                                samples=options.n_best, alpha=options.length_penalty, prefix=prefix)
+                                samples=options.n_best, alpha=options.length_penalty, prefix=prefix,
+                                no_repeat_ngram=options.no_repeat_ngram)
         return [sorted(hypotheses, key=lambda h: h.score, reverse=True) for hypotheses in samples]  # best first
     if options.beam_size == 1:
         return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty,
-                             prefix=prefix)
+                             prefix=prefix, no_repeat_ngram=options.no_repeat_ngram)
     return beam_search(model, src, options.beam_size, options.length_penalty, options.max_len_a,
-                       options.max_len_b, options.n_best, prefix=prefix)
+                       options.max_len_b, options.n_best, prefix=prefix, no_repeat_ngram=options.no_repeat_ngram)
 
 
 def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[int]], list[str]]) -> list[list[int]]:

@@ -76,7 +76,7 @@ class ExportedModel:
         # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
         results = self.translator.translate_batch(batch, max_decoding_length=limit, min_decoding_length=0,
                                                   max_input_length=0, return_scores=True, suppress_sequences=never,
-                                                  **searching)
+                                                  no_repeat_ngram_size=options.no_repeat_ngram, **searching)
         found = []
         for source, result in zip(batch, results):
             at_limit = [pieces for pieces in result.hypotheses if len(pieces) >= limit]
