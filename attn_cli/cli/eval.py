@@ -19,6 +19,8 @@ from attn_cli.paths import RunPaths, hypotheses_file
 
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
+    by_length: bool = typer.Option(False, "--by-length", help="Also a table by source length (words: <= 8, 9-15, "
+                                   "> 15): BLEU, chrF, length ratio, stutter rate against the references', U+FFFD count."),
     run: Optional[List[Path]] = RunsOption,
     checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
@@ -42,6 +44,8 @@ def evaluate(
       attn eval --run runs/en-zh --src test.en --ref test.zh --beam 1
 
       attn eval --model exported/en-zh-int8
+
+      attn eval --by-length --src long.en --ref long.zh
 
       attn eval --checkpoint runs/en-zh/checkpoints/best.pt --checkpoint runs/en-zh-b/checkpoints/best.pt
     """
@@ -74,3 +78,7 @@ def evaluate(
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
             print(score)
+    if by_length:
+        from attn_cli.decoding.by_length import format_table, scores_by_length
+
+        print(format_table(scores_by_length(sources, hypotheses, references, cfg.data.tgt_lang)))
