@@ -130,9 +130,13 @@ def _model(tokenizers, seed: int = 0, **overrides):
                         tgt_vocab_size=tokenizers.target.vocab_size, **overrides)
 
 
-def _alone(model, ids: list[int], options: DecodeConfig):
-    """The hypotheses of one source, decoded in a batch of its own."""
-    return decode_batch(model, collate([Example(0, ids, [])]).src, options)[0]
+def _alone(model, ids: list[int], options: DecodeConfig, tokenizers):
+    """The hypotheses of one source, decoded in a batch of its own, kept to valid UTF-8 as
+    translate_sentences keeps them (the random model writes byte pieces)."""
+    from attn_cli.decoding.utf8 import Utf8Constraint
+
+    valid_utf8 = Utf8Constraint.for_tokenizer(tokenizers.target)
+    return decode_batch(model, collate([Example(0, ids, [])]).src, options, valid_utf8=valid_utf8)[0]
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -177,7 +181,7 @@ def test_a_long_input_is_split_and_each_part_translated_as_if_alone(tokenizers):
         assert [i for part in long.parts for i in part] == ids
         assert len(long.parts) > 2 and all(len(part) <= 6 for part in long.parts)
         assert long.note == f"{len(ids)} tokens is more than the model takes; translated in {len(long.parts)} parts"
-        best = [_alone(model, part, options)[0] for part in long.parts]
+        best = [_alone(model, part, options, tokenizers)[0] for part in long.parts]
         assert [hypotheses[0].tokens for hypotheses in long.outputs] == [h.tokens for h in best]
         assert long.texts == [joiner.join(tokenizers.target.decode([h.tokens for h in best]))]
         assert long.tokens == [[p for h in best for p in tokenizers.target.id_to_piece(h.tokens)]]
@@ -192,7 +196,7 @@ def test_a_long_input_is_truncated_when_the_config_says_so(tokenizers):
     (result,) = translate_sentences(model, tokenizers, [LONG], options, 6, "zh")
     assert result.parts == [ids[:6]]
     assert result.note == f"{len(ids)} tokens is more than the model takes; truncated to the first 6"
-    assert result.texts == tokenizers.target.decode([_alone(model, ids[:6], options)[0].tokens])
+    assert result.texts == tokenizers.target.decode([_alone(model, ids[:6], options, tokenizers)[0].tokens])
 
 
 @pytest.mark.parametrize("long_inputs", ["split", "truncate"])
