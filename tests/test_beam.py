@@ -34,6 +34,16 @@ def test_batched_beam_search_equals_the_reference_search(seed, beam_size, alpha)
     assert len({len(hypotheses[0].tokens) for hypotheses in batched}) > 1, "sentences should end at different lengths"
 
 
+@pytest.mark.parametrize("positions", ["relative", "rotary"])
+def test_beam_search_over_the_cache_equals_the_reference_search_with_relative_positions(positions):
+    """Each cached step's bias or rotation is that of its own position, and beams reordering keep it so."""
+    model = lively_model(0, positions=positions)
+    src = random_source(3, 8, lengths=[8, 3, 6])
+    batched = beam_search(model, src, 3, 0.6, max_len_a=1.0, max_len_b=5, n_best=3)
+    for row in range(src.shape[0]):
+        _assert_same_hypotheses(batched[row], reference_beam_search(model, _unpadded(src, row), 3, 0.6, 1.0, 5, 3))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_beam_of_one_is_greedy_decoding(seed):
     model = lively_model(seed)
