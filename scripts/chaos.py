@@ -437,8 +437,8 @@ def run_trial(number: int, moment: KillMoment, workdir: Path, reference: Referen
         problems.append(f"the run failed before the kill: {interrupted.last_line()}")
     landed = where_it_landed(after_kill, interrupted.stderr, reference) if killed else "finished before the kill"
 
-    # Without a published last.pt there is nothing to resume: the run starts over in its directory.
-    resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").is_file() else []
+    # Without a published checkpoint there is nothing to resume: the run starts over in its directory.
+    resume = ["--resume"] if any((run_dir / "checkpoints").glob("*.pt")) else []
     continued = run_attn(train_args(run_dir, steps) + resume, trial_dir, "continued")
     after_resume = inspect_run(run_dir)
     if continued.returncode != 0:
@@ -666,7 +666,7 @@ def disk_full_case(case_dir: Path, case: DiskFullCase, reference: Reference, ste
         if case.kept_step is not None and left.step("last.pt") != case.kept_step:
             problems.append(f"last.pt of step {left.step('last.pt')}, not the previous one ({case.kept_step})")
         mount("mount", "-o", f"remount,size={LARGE_FILESYSTEM}", str(mount_point))
-        resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").is_file() else []
+        resume = ["--resume"] if any((run_dir / "checkpoints").glob("*.pt")) else []
         again = run_attn(train_args(run_dir, steps) + resume, case_dir, "again")
         if again.returncode != 0:
             problems.append(f"the next run failed: {again.last_line()}")

@@ -115,6 +115,22 @@ def test_resume_without_a_last_checkpoint_says_so(tmp_path, monkeypatch):
     assert "nothing to resume" in result.output and "without --resume" in result.output
 
 
+def test_a_run_stopped_while_writing_its_first_last_pt_resumes_from_its_best_and_ends_exactly(
+        straight_run, tmp_path, monkeypatch):
+    """last.pt is written after best.pt at each validation: a kill between them at the first
+    validation leaves best.pt alone, which holds the same resume state."""
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "cut"
+    assert train(run_dir, "--set", "train.max_steps=10").exit_code == 0
+    (run_dir / "checkpoints" / "last.pt").unlink()  # as a kill before it was renamed into place leaves it
+    refused = train(run_dir, "--set", "train.max_steps=30")
+    assert refused.exit_code == 2 and "--resume" in refused.output
+    result = train(run_dir, "--resume", "--set", "train.max_steps=30")
+    assert result.exit_code == 0, result.output
+    assert "continuing from" in result.output and "best.pt, of step 10" in result.output
+    assert_same_run(run_dir, straight_run)
+
+
 def test_resume_allows_a_longer_run_and_refuses_a_different_model(tmp_path):
     saved = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}"])
     longer = load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={tmp_path}", "train.max_steps=400"])

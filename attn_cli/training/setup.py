@@ -77,16 +77,22 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
                           f"{paths.checkpoint_dir} to start over", "run_dir")
 
 
-def _load_resume_point(paths: RunPaths, device: torch.device) -> Checkpoint:
-    """The run's last.pt, which --resume continues from; refused when it is missing or holds no
-    resume state, rather than silently starting over."""
-    if not paths.last_checkpoint.is_file():
-        raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
-    checkpoint = load_checkpoint(paths.last_checkpoint, device)
+def _load_resume_point(paths: RunPaths, device: torch.device) -> tuple[Checkpoint, Path]:
+    """The checkpoint --resume continues from, and its path: the run's last.pt; or, when a kill
+    during the run's first save left best.pt or a step checkpoint but no last.pt yet (last.pt is
+    written last), the newest of those, which hold the same resume state. Refused when there is
+    none, or it holds no resume state, rather than silently starting over."""
+    if paths.last_checkpoint.is_file():
+        path = paths.last_checkpoint
+        checkpoint = load_checkpoint(path, device)
+    else:
+        found = [p for p in (*reversed(paths.step_checkpoints()), paths.best_checkpoint) if p.is_file()]
+        if not found:
+            raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
+        checkpoint, path = max(((load_checkpoint(p, device), p) for p in found), key=lambda loaded: loaded[0].step)
     if "batches_done" not in checkpoint.training_state:
-        raise CheckpointError(f"{paths.last_checkpoint} holds no resume state (an older attn wrote it); "
-                              f"start a new run_dir")
-    return checkpoint
+        raise CheckpointError(f"{path} holds no resume state (an older attn wrote it); start a new run_dir")
+    return checkpoint, path
 
 
 def _keep_metrics_up_to(log: Path, step: int) -> None:
@@ -148,8 +154,11 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     seeds are set at fixed points). Every process of a torchrun run calls it; rank 0 alone writes files."""
     paths = RunPaths.of(cfg.run_dir)
     device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
-    resumed = _load_resume_point(paths, device) if resume else None
+    resumed, resumed_from = _load_resume_point(paths, device) if resume else (None, None)
     cfg = _run_config(cfg, paths, resumed, display)
+    if resumed_from is not None and resumed_from != paths.last_checkpoint:
+        display.log(f"resume: no last.pt (the run was stopped during its first save); continuing from "
+                    f"{resumed_from}, of step {resumed.step}")
     # A resumed fine-tuning run continues from its own last.pt, not from where it started.
     start = starting_point(cfg) if resumed is None else None
     if cfg.train.threads is not None:
