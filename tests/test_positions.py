@@ -56,7 +56,7 @@ def test_the_fused_kernel_and_the_explicit_formula_agree_with_relative_positions
     assert torch.all(weights[0, 0].triu(diagonal=1) == 0), "the bias leaves the causal mask whole"
 
 
-def reversal_batch(generator: torch.Generator, batch: int = 64, length: int = 7, vocab: int = 14):
+def reversal_batch(generator: torch.Generator, batch: int = 32, length: int = 6, vocab: int = 12):
     """Sources of random tokens 4..vocab-1 ending in EOS; the target is the source reversed."""
     tokens = torch.randint(4, vocab, (batch, length), generator=generator)
     src = torch.cat([tokens, torch.full((batch, 1), EOS_ID)], dim=1)
@@ -66,15 +66,24 @@ def reversal_batch(generator: torch.Generator, batch: int = 64, length: int = 7,
     return src, tgt_in, tgt_out
 
 
+@pytest.fixture
+def one_thread():
+    """Tensors this small train several times faster on one thread than on a pool, more so on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
-def test_a_tiny_model_learns_to_reverse_its_input(positions):
+def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
     """Reversing needs positions: without them the encoder could not tell the tokens' order."""
     torch.manual_seed(0)
-    model = small_model(positions=positions, src_vocab_size=14, tgt_vocab_size=14, d_model=32, num_heads=4,
-                        ffn_dim=64, encoder_layers=2, decoder_layers=2).train()
+    model = small_model(positions=positions, src_vocab_size=12, tgt_vocab_size=12, encoder_layers=1,
+                        decoder_layers=1).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
-    for _ in range(300):
+    for _ in range(600):
         src, tgt_in, tgt_out = reversal_batch(generator)
         loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
         optimizer.zero_grad()
@@ -84,4 +93,4 @@ def test_a_tiny_model_learns_to_reverse_its_input(positions):
     src, tgt_in, tgt_out = reversal_batch(torch.Generator().manual_seed(99), batch=200)
     with torch.no_grad():
         accuracy = (model(src, tgt_in).argmax(-1) == tgt_out).float().mean().item()
-    assert accuracy > 0.9, f"{positions}: {accuracy:.2f} of the reversed tokens right"
+    assert accuracy > 0.95, f"{positions}: {accuracy:.2f} of the reversed tokens right"
