@@ -15,6 +15,16 @@ def _single_thread_determinism():
     yield
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: tensors this small run faster without a pool of threads,
+    much faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One tiny training run (configs/tiny.yaml, some 20 s) shared by every test file that needs one."""

@@ -145,13 +145,6 @@ def two_process_runs(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def test_the_update_of_two_processes_is_that_of_one_over_the_whole_batch(two_process_runs):
     expected_parameters, expected_loss = sgd_step(SINGLE_PROCESS, STEP_BATCHES)

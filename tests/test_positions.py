@@ -66,14 +66,6 @@ def reversal_batch(generator: torch.Generator, batch: int = 32, length: int = 6,
     return src, tgt_in, tgt_out
 
 
-@pytest.fixture
-def one_thread():
-    """Tensors this small train several times faster on one thread than on a pool, more so on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
 def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
