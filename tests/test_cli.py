@@ -543,3 +543,21 @@ def test_a_full_stdout_is_one_line(trained_run):
                                 stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "cannot write the translations to stdout: No space left on device" in result.stderr
+
+
+def test_a_refusal_in_the_moment_before_the_holder_writes_its_pid_still_names_it(tmp_path):
+    import fcntl
+    import threading
+
+    from attn_cli.config import ConfigError
+    from attn_cli.paths import RunPaths
+    from attn_cli.training.run_lock import run_directory_lock
+
+    with open(tmp_path / ".lock", "a+", encoding="utf-8") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, its PID not written yet
+        writer = threading.Timer(0.1, lambda: (holder.write("4242\n"), holder.flush()))
+        writer.start()
+        with pytest.raises(ConfigError, match=r"another attn process \(PID 4242\)"):
+            with run_directory_lock(RunPaths.of(tmp_path)):
+                pass
+        writer.join()

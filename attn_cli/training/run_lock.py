@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from typing import Iterator
 
 from attn_cli.config import ConfigError
@@ -31,8 +32,7 @@ def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
+            holder = _holder(lock)
             raise ConfigError(f"{paths.root} is in use by another attn process (PID {holder}); wait for "
                               "it to finish, or work in another directory with --set run_dir=...", "run_dir") from None
         lock.seek(0)
@@ -40,3 +40,15 @@ def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
         lock.write(f"{os.getpid()}\n")
         lock.flush()
         yield  # closing the file releases the lock
+
+
+def _holder(lock) -> str:
+    """The PID in the lock file. The holder writes it right after taking the lock: a reader that
+    comes between the two finds the file empty, so it looks again for a moment before giving up."""
+    for _ in range(50):
+        lock.seek(0)
+        holder = lock.read().strip()
+        if holder:
+            return holder
+        time.sleep(0.02)
+    return "unknown"
