@@ -233,6 +233,22 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class JoinConfig:
+    rate: float = 0.0  # share of the training pairs joined into longer ones each epoch; 0 joins none
+    max_pairs: int = 3  # most pairs in one joined pair (each joined pair has 2..max_pairs, drawn at random)
+    max_tokens: Optional[int] = None  # longest joined side in tokens; null: data.max_source_tokens / max_target_tokens
+
+    def validate(self, path: str) -> None:
+        _check_numbers(self, path)
+        if not 0.0 <= self.rate <= 1.0:
+            _fail(f"{path}.rate", f"{self.rate} must be in [0, 1] (0 joins no pairs)")
+        if self.max_pairs < 2:
+            _fail(f"{path}.max_pairs", f"{self.max_pairs} must be >= 2: a joined pair is made of two pairs or more")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            _fail(f"{path}.max_tokens", f"{self.max_tokens} must be >= 1, or null for the data section's limits")
+
+
+@dataclass(frozen=True)
 class EarlyStoppingConfig:
     metric: Literal["bleu", "loss"] = "bleu"  # validation BLEU (higher is better) or loss (lower is better)
     patience: int = 5  # validations in a row without improvement before training stops
@@ -261,6 +277,7 @@ class TrainConfig:
     clip_norm: float = 1.0
     label_smoothing: float = 0.1
     valid_every: int = 1000  # steps between validations (and checkpoints)
+    join: JoinConfig = field(default_factory=JoinConfig)  # training pairs joined into longer ones (data/joining.py)
     early_stopping: Optional[EarlyStoppingConfig] = None  # e.g. {metric: bleu, patience: 5}; null trains to the budget
     keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
@@ -282,6 +299,7 @@ class TrainConfig:
             _fail(f"{path}.max_steps", f"{self.max_steps} must be >= 1, or null for no limit")
         if self.max_minutes is not None and self.max_minutes <= 0:
             _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
+        self.join.validate(f"{path}.join")
         if self.early_stopping is not None:
             self.early_stopping.validate(f"{path}.early_stopping")
             if self.early_stopping.metric == "bleu" and not self.valid_bleu:

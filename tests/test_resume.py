@@ -15,9 +15,10 @@ from attn_cli.training.resume import resume_config
 from conftest import REPO
 
 # Dropout on, so the resumed run must also continue the random number streams; two batches per
-# update, so the position inside the epoch counts batches, not steps.
+# update, so the position inside the epoch counts batches, not steps; pairs joined, so each epoch's
+# joined pairs must be drawn again alike.
 TINY = ["--config", "configs/tiny.yaml", "--set", "model.dropout=0.1", "--set", "train.accumulate=2",
-        "--set", "train.valid_every=10", "--set", "train.valid_bleu=false"]
+        "--set", "train.valid_every=10", "--set", "train.valid_bleu=false", "--set", "train.join.rate=0.3"]
 
 
 

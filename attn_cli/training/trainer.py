@@ -17,6 +17,7 @@ import torch
 
 from attn_cli.config import Config
 from attn_cli.data.batching import Batch, collate, token_batches
+from attn_cli.data.joining import JoinSettings, join_epoch, separator
 from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.translate import translate_sentences
 from attn_cli.paths import RunPaths
@@ -75,6 +76,7 @@ class Trainer:
         self.validated_step = setup.position.validated_step
         self.best_metrics = setup.position.best_metrics
         self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
+        self._epoch_examples = self.train_examples  # the examples _epoch_batches' positions point into
 
     # -- resume state ---------------------------------------------------------------------------
 
@@ -217,13 +219,24 @@ class Trainer:
         return eta
 
     def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
-        """The epoch's batches (positions into train_examples); computed once per epoch."""
+        """The epoch's batches (positions into its examples); computed once per epoch."""
         if self._epoch_batches[0] != epoch:
             train = self.cfg.train
-            batches = token_batches(self.train_examples, train.max_tokens, shuffle=True, seed=train.seed,
+            self._epoch_examples = self._examples_of_epoch(epoch)
+            batches = token_batches(self._epoch_examples, train.max_tokens, shuffle=True, seed=train.seed,
                                     epoch=epoch) if epoch > 0 else []
             self._epoch_batches = (epoch, batches)
         return self._epoch_batches[1]
+
+    def _examples_of_epoch(self, epoch: int):
+        """The training pairs, with train.join.rate of them joined into longer ones, drawn anew each epoch."""
+        join, data = self.cfg.train.join, self.cfg.data
+        if join.rate == 0 or epoch == 0:
+            return self.train_examples
+        settings = JoinSettings(join.rate, join.max_pairs, join.max_tokens or data.max_source_tokens,
+                                join.max_tokens or data.max_target_tokens, separator(data.src_lang),
+                                separator(data.tgt_lang))
+        return join_epoch(self.train_examples, self.tokenizers, settings, self.cfg.train.seed, epoch)
 
     def _next_update(self) -> Optional[list[list[int]]]:
         """The batches of the next update, starting the next epoch when this one is used up; None
@@ -318,14 +331,14 @@ class Trainer:
         update, yet joins DDP's gradient all-reduce, which waits for every process."""
         mine = self.ranks.share(positions)
         if len(mine) == 0:
-            return collate([self.train_examples[positions[0]]]).without_labels().to(self.device)
-        return collate([self.train_examples[p] for p in mine]).to(self.device)
+            return collate([self._epoch_examples[positions[0]]]).without_labels().to(self.device)
+        return collate([self._epoch_examples[p] for p in mine]).to(self.device)
 
     def _tokens_of(self, update: list[list[int]]) -> int:
         """Source and target tokens of the whole update (every process's share), EOS included,
         from the offsets: a process reads the ids of its own share only."""
         positions = np.concatenate(update)
-        return self.train_examples.token_count(positions) + 2 * len(positions)
+        return self._epoch_examples.token_count(positions) + 2 * len(positions)
 
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
         """Updates until the budget, the epochs or early stopping end the run, logging and validating

@@ -1,0 +1,133 @@
+"""Training pairs joined into longer ones, so that a model trained on short sentences sees long inputs.
+
+Tatoeba-like corpora are mostly sentences of a few words; a model trained on them alone has never
+seen a 30-word input, and breaks down on one (it stops early, or stutters). Each epoch, a share of
+the training pairs (`train.join.rate`) is drawn at random and grouped, two to `train.join.max_pairs`
+at a time, into joined pairs: the sources joined with a space, the targets with the target
+language's separator (none for Chinese, Japanese, Thai and the like, a space otherwise), and the
+joined text tokenized again, so that a joined pair is exactly the pair a corpus line holding both
+sentences would give. The rest of the pairs stay as they are: an epoch still holds every pair once,
+alone or inside a joined pair, and the same number of tokens.
+
+The draw is a function of (train.seed, epoch) alone: every process of a distributed run, and a
+resumed run, builds the same epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attn_cli.data.batching import Example, within_length_limits
+from attn_cli.data.tokenizer import Tokenizers
+
+# Languages written without spaces between sentences (ISO 639-1); their joined targets have no separator.
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
+_JOIN_STREAM = 0x4A4F494E  # keeps the join draw apart from every other use of (seed, epoch)
+
+
+def separator(language: str) -> str:
+    """What goes between two joined sentences of `language` (a code such as zh, zh-Hans or en_US)."""
+    return "" if language.replace("_", "-").split("-")[0].lower() in UNSPACED_LANGUAGES else " "
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    rate: float  # share of the pairs that go into joined pairs each epoch
+    max_pairs: int  # most pairs in one joined pair
+    max_source_tokens: int  # a joined pair longer than these on either side is not made
+    max_target_tokens: int
+    source_separator: str
+    target_separator: str
+
+
+def plan_groups(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: JoinSettings,
+                rng: np.random.Generator) -> list[np.ndarray]:
+    """Groups of positions to join: a random `rate` share of the pairs, in random order, cut into runs
+    of 2..max_pairs (drawn per group) whose summed token counts stay within the limits. A pair that
+    would be left alone goes back to the singles (it is in no group)."""
+    count = len(src_lengths)
+    chosen = rng.permutation(count)[:int(round(settings.rate * count))]
+    groups: list[np.ndarray] = []
+    start = 0
+    while start < len(chosen):
+        size = int(rng.integers(2, settings.max_pairs + 1))
+        end, source, target = start, 0, 0
+        while end < len(chosen) and end - start < size:
+            position = chosen[end]
+            if end > start and (source + src_lengths[position] > settings.max_source_tokens
+                                or target + tgt_lengths[position] > settings.max_target_tokens):
+                break
+            source += src_lengths[position]
+            target += tgt_lengths[position]
+            end += 1
+        if end - start >= 2:
+            groups.append(chosen[start:end])
+        start = max(end, start + 1)
+    return groups
+
+
+class EpochPairs:
+    """One epoch's training examples: the pairs left alone (positions into the base pairs), then
+    the joined pairs (their own ids). Indexing, lengths and token counts work as on TokenizedPairs,
+    so batching and the trainer treat both alike."""
+
+    def __init__(self, base, singles: np.ndarray, joined_src: list[list[int]], joined_tgt: list[list[int]]):
+        self.base, self.singles = base, singles
+        self.joined_src, self.joined_tgt = joined_src, joined_tgt
+        self._src_lengths = np.concatenate([base.src_lengths[singles], np.fromiter(map(len, joined_src), np.int64)])
+        self._tgt_lengths = np.concatenate([base.tgt_lengths[singles], np.fromiter(map(len, joined_tgt), np.int64)])
+
+    def __len__(self) -> int:
+        return len(self.singles) + len(self.joined_src)
+
+    def __getitem__(self, i: int) -> Example:
+        if i < len(self.singles):
+            single = self.base[int(self.singles[i])]
+            return Example(i, single.src, single.tgt)
+        j = i - len(self.singles)
+        return Example(i, list(self.joined_src[j]), list(self.joined_tgt[j]))
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return self._src_lengths
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return self._tgt_lengths
+
+    @property
+    def joined_count(self) -> int:
+        return len(self.joined_src)
+
+    def token_count(self, positions: np.ndarray) -> int:
+        positions = np.asarray(positions, dtype=np.int64)
+        return int(self._src_lengths[positions].sum() + self._tgt_lengths[positions].sum())
+
+
+def join_epoch(base, tokenizers: Tokenizers, settings: JoinSettings, seed: int, epoch: int) -> EpochPairs:
+    """The examples of `epoch`: `base` (TokenizedPairs) with a `rate` share joined, drawn from (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch, _JOIN_STREAM])
+    groups = plan_groups(base.src_lengths, base.tgt_lengths, settings, rng)
+    members = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    src_texts = tokenizers.source.decode([base[int(p)].src for p in members])
+    tgt_texts = tokenizers.target.decode([base[int(p)].tgt for p in members])
+    joined_sources, joined_targets, start = [], [], 0
+    for group in groups:
+        end = start + len(group)
+        joined_sources.append(settings.source_separator.join(src_texts[start:end]))
+        joined_targets.append(settings.target_separator.join(tgt_texts[start:end]))
+        start = end
+    joined_src = tokenizers.source.encode(joined_sources)
+    joined_tgt = tokenizers.target.encode(joined_targets)
+    # Tokenized again, a joined pair can come out a token longer than its parts; one over the
+    # limits is not made, and its pairs stay alone.
+    fits = within_length_limits([len(s) for s in joined_src], [len(t) for t in joined_tgt],
+                                settings.max_source_tokens, settings.max_target_tokens, float("inf"))
+    kept = fits.tolist()
+    alone = np.ones(len(base), dtype=bool)
+    for group, made in zip(groups, kept):
+        alone[group] = not made
+    singles = np.flatnonzero(alone)
+    return EpochPairs(base, singles, [s for s, k in zip(joined_src, kept) if k], [t for t, k in zip(joined_tgt, kept) if k])
