@@ -386,10 +386,18 @@ class Config:
         if self.model.share_embeddings and not self.tokenizer.joint:
             _fail("model.share_embeddings", "true needs tokenizer.joint=true; set one of them differently")
         # A source gets EOS and a decoder input gets BOS: one position more than the tokens.
-        longest = max(self.data.max_source_tokens, self.data.max_target_tokens) + 1
+        longest = max(self.longest_training_sides()) + 1
         if self.model.positions == "learned" and longest > self.model.max_positions:
             _fail("model.max_positions", f"{self.model.max_positions} is shorter than the longest sentence "
-                  f"data.max_*_tokens + 1 = {longest}; raise it or lower the data limits")
+                  f"data.max_*_tokens (or train.join.max_tokens) + 1 = {longest}; raise it or lower the limits")
+
+    def longest_training_sides(self) -> tuple[int, int]:
+        """The most tokens (without EOS or BOS) a training example's source and target can have: the
+        data section's limits, or train.join.max_tokens where pairs are joined into longer ones."""
+        data, join = self.data, self.train.join
+        if join.rate == 0 or join.max_tokens is None:
+            return data.max_source_tokens, data.max_target_tokens
+        return join.max_tokens, join.max_tokens
 
 
 # ---------------------------------------------------------------------------------------------

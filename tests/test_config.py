@@ -60,6 +60,10 @@ def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
     ("bogus: 1\n", "bogus: unknown key"),
     ("data:\n  corpus:\n    format: tsv\n", "data.corpus.path: format 'tsv' needs a file path"),
     ("train:\n  max_steps: true\n", "train.max_steps: True must be a whole number"),
+    ("train:\n  join:\n    rate: 1.5\n", "train.join.rate: 1.5 must be in [0, 1]"),
+    ("train:\n  join:\n    max_pairs: 1\n", "train.join.max_pairs: 1 must be >= 2"),
+    ("model:\n  positions: learned\n  max_positions: 100\ntrain:\n  join:\n    rate: 0.1\n    max_tokens: 120\n",
+     "model.max_positions: 100 is shorter than the longest sentence data.max_*_tokens (or train.join.max_tokens) + 1 = 121"),
     # Every number has a range: no NaN or infinity, nothing beyond 64 bits, and sizes that exist.
     ("train:\n  lr: .nan\n", "train.lr: nan is not a usable number; give a finite one"),
     ("train:\n  max_minutes: .inf\n", "train.max_minutes: inf is not a usable number"),
@@ -157,3 +161,17 @@ def test_train_lists_the_built_in_configs():
     result = CliRunner().invoke(app, ["train", "--list-configs"])
     assert result.exit_code == 0
     assert [line.split(":")[0] for line in result.stdout.splitlines()] == list(builtin_configs())
+
+
+def test_joined_pairs_set_the_longest_training_example_when_joining_is_on(tmp_path):
+    from attn_cli.training.memory import worst_batch
+
+    plain = load_config(write(tmp_path, "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+                                        "  max_target_tokens: 40\ntrain:\n  max_tokens: 1000\n"
+                                        "  join:\n    max_tokens: 99\n"))
+    assert plain.longest_training_sides() == (50, 40)  # rate 0: no pair is joined
+    joined = load_config(write(tmp_path, "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+                                         "train:\n  max_tokens: 1000\n  join:\n    rate: 0.2\n    max_tokens: 99\n"))
+    assert joined.longest_training_sides() == (99, 99)
+    assert (worst_batch(plain).rows, worst_batch(plain).source_length) == (1000 // 51, 51)
+    assert (worst_batch(joined).rows, worst_batch(joined).source_length) == (1000 // 100, 100)

@@ -51,7 +51,7 @@ class WorstBatch:
 
 
 def worst_batch(cfg: Config) -> WorstBatch:
-    source, target = cfg.data.max_source_tokens + 1, cfg.data.max_target_tokens + 1
+    source, target = (longest + 1 for longest in cfg.longest_training_sides())
     return WorstBatch(max(1, cfg.train.max_tokens // max(source, target)), source, target)
 
 

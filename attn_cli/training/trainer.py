@@ -233,9 +233,8 @@ class Trainer:
         join, data = self.cfg.train.join, self.cfg.data
         if join.rate == 0 or epoch == 0:
             return self.train_examples
-        settings = JoinSettings(join.rate, join.max_pairs, join.max_tokens or data.max_source_tokens,
-                                join.max_tokens or data.max_target_tokens, separator(data.src_lang),
-                                separator(data.tgt_lang))
+        settings = JoinSettings(join.rate, join.max_pairs, *self.cfg.longest_training_sides(),
+                                separator(data.src_lang), separator(data.tgt_lang))
         return join_epoch(self.train_examples, self.tokenizers, settings, self.cfg.train.seed, epoch)
 
     def _next_update(self) -> Optional[list[list[int]]]:
