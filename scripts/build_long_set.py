@@ -4,9 +4,9 @@ Tatoeba's sentences are short: of the default config's 1,001 test pairs only a h
 than 15 source words. The long sets hold those, plus held-out pairs joined into longer ones:
 the held-out pairs not already long, shuffled (seeded), are taken in turn and joined (sources with
 a space, targets with the target language's separator: none for Chinese) until the source has more
-than 15 words, each pair used once. The validation split gives `valid.*` (for choosing decoding
-settings), the test split `test.*` (for reporting). The script checks that no sentence of either set
-is a training source, so neither overlaps the training data.
+than 15 words, each pair used once. The validation split gives `long-valid.*` (for choosing
+decoding settings), the test split `long-test.*` (for reporting). The script checks that no
+sentence of either set is a training source, so neither overlaps the training data.
 
     python3 scripts/build_long_set.py --out benchmarks/en-zh-long
 """
@@ -79,9 +79,9 @@ def main() -> None:
         made = [(source_separator.join(s for s, _ in group), target_separator.join(t for _, t in group))
                 for group in groups]
         for side, lang in ((0, cfg.data.src_lang), (1, cfg.data.tgt_lang)):
-            (args.out / f"{name}.{lang}").write_text("".join(pair[side] + "\n" for pair in made), encoding="utf-8")
+            (args.out / f"long-{name}.{lang}").write_text("".join(pair[side] + "\n" for pair in made), encoding="utf-8")
         credits = attributions(cfg.data.corpus.path)  # CC-BY: each line keeps the credit of its sentences
-        (args.out / f"{name}.attribution").write_text(
+        (args.out / f"long-{name}.attribution").write_text(
             "".join(" + ".join(credits.get((s.strip(), t.strip()), "?") for s, t in group) + "\n" for group in groups),
             encoding="utf-8")
         lengths = sorted(words(source) for source, _ in made)
