@@ -73,7 +73,28 @@ def test_the_draw_depends_on_seed_and_epoch_alone(base_and_tokenizers):
 
     def draw(seed, epoch):
         made = join_epoch(base, tokenizers, SETTINGS, seed=seed, epoch=epoch)
-        return made.singles.tolist(), made.joined_src
+        return made.singles.tolist(), made.joined.src_ids.tolist()
 
     assert draw(1, 2) == draw(1, 2)
     assert draw(1, 2) != draw(1, 3) and draw(1, 2) != draw(2, 2)
+
+
+def test_joining_a_chunk_at_a_time_gives_the_same_epoch(base_and_tokenizers, monkeypatch):
+    from attn_cli.data import joining
+
+    base, tokenizers = base_and_tokenizers
+    whole = join_epoch(base, tokenizers, SETTINGS, seed=1, epoch=4)
+    monkeypatch.setattr(joining, "_CHUNK", 7)
+    chunked = join_epoch(base, tokenizers, SETTINGS, seed=1, epoch=4)
+    assert whole.joined_count > 7
+    assert chunked.singles.tolist() == whole.singles.tolist()
+    assert [chunked[i] for i in range(len(chunked))] == [whole[i] for i in range(len(whole))]
+
+
+def test_no_pair_joined_when_none_fits(base_and_tokenizers):
+    base, tokenizers = base_and_tokenizers
+    tight = JoinSettings(rate=0.5, max_pairs=3, max_source_tokens=1, max_target_tokens=1,
+                         source_separator=" ", target_separator="")
+    epoch = join_epoch(base, tokenizers, tight, seed=1, epoch=1)
+    assert epoch.joined_count == 0 and epoch.singles.tolist() == list(range(len(base)))
+    assert epoch.src_lengths.tolist() == base.src_lengths.tolist()

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from attn_cli.data.batching import Example, within_length_limits
+from attn_cli.data.prepared import TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
 
 # Languages written without spaces between sentences (ISO 639-1); their joined targets have no separator.
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 _JOIN_STREAM = 0x4A4F494E  # keeps the join draw apart from every other use of (seed, epoch)
+_CHUNK = 20_000  # groups joined and tokenized at a time
 
 
 def separator(language: str) -> str:
@@ -70,24 +72,20 @@ def plan_groups(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: Join
 
 class EpochPairs:
     """One epoch's training examples: the pairs left alone (positions into the base pairs), then
-    the joined pairs (their own ids). Indexing, lengths and token counts work as on TokenizedPairs,
-    so batching and the trainer treat both alike."""
+    the joined pairs (in-memory TokenizedPairs of their own). Indexing, lengths and token counts
+    work as on TokenizedPairs, so batching and the trainer treat both alike."""
 
-    def __init__(self, base, singles: np.ndarray, joined_src: list[list[int]], joined_tgt: list[list[int]]):
-        self.base, self.singles = base, singles
-        self.joined_src, self.joined_tgt = joined_src, joined_tgt
-        self._src_lengths = np.concatenate([base.src_lengths[singles], np.fromiter(map(len, joined_src), np.int64)])
-        self._tgt_lengths = np.concatenate([base.tgt_lengths[singles], np.fromiter(map(len, joined_tgt), np.int64)])
+    def __init__(self, base: TokenizedPairs, singles: np.ndarray, joined: TokenizedPairs):
+        self.base, self.singles, self.joined = base, singles, joined
+        self._src_lengths = np.concatenate([base.src_lengths[singles], joined.src_lengths])
+        self._tgt_lengths = np.concatenate([base.tgt_lengths[singles], joined.tgt_lengths])
 
     def __len__(self) -> int:
-        return len(self.singles) + len(self.joined_src)
+        return len(self.singles) + len(self.joined)
 
     def __getitem__(self, i: int) -> Example:
-        if i < len(self.singles):
-            single = self.base[int(self.singles[i])]
-            return Example(i, single.src, single.tgt)
-        j = i - len(self.singles)
-        return Example(i, list(self.joined_src[j]), list(self.joined_tgt[j]))
+        found = self.base[int(self.singles[i])] if i < len(self.singles) else self.joined[i - len(self.singles)]
+        return Example(i, found.src, found.tgt)
 
     @property
     def src_lengths(self) -> np.ndarray:
@@ -99,35 +97,54 @@ class EpochPairs:
 
     @property
     def joined_count(self) -> int:
-        return len(self.joined_src)
+        return len(self.joined)
 
     def token_count(self, positions: np.ndarray) -> int:
         positions = np.asarray(positions, dtype=np.int64)
         return int(self._src_lengths[positions].sum() + self._tgt_lengths[positions].sum())
 
 
-def join_epoch(base, tokenizers: Tokenizers, settings: JoinSettings, seed: int, epoch: int) -> EpochPairs:
-    """The examples of `epoch`: `base` (TokenizedPairs) with a `rate` share joined, drawn from (seed, epoch)."""
+def join_epoch(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, seed: int,
+               epoch: int) -> EpochPairs:
+    """The examples of `epoch`: `base` with a `rate` share of its pairs joined, drawn from (seed, epoch)."""
     rng = np.random.default_rng([seed, epoch, _JOIN_STREAM])
     groups = plan_groups(base.src_lengths, base.tgt_lengths, settings, rng)
-    members = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    alone = np.ones(len(base), dtype=bool)
+    rows: dict[str, list[list[int]]] = {"src": [], "tgt": []}
+    for start in range(0, len(groups), _CHUNK):  # a chunk's texts at a time, never the epoch's
+        chunk = groups[start:start + _CHUNK]
+        src_rows, tgt_rows = _joined_rows(base, tokenizers, settings, chunk)
+        # Tokenized again, a joined pair can come out a token longer than its parts; one over the
+        # limits is not made, and its pairs stay alone.
+        fits = within_length_limits([len(row) for row in src_rows], [len(row) for row in tgt_rows],
+                                    settings.max_source_tokens, settings.max_target_tokens, float("inf"))
+        for group, src_row, tgt_row, made in zip(chunk, src_rows, tgt_rows, fits.tolist()):
+            if made:
+                alone[group] = False
+                rows["src"].append(np.asarray(src_row, dtype=np.int32))
+                rows["tgt"].append(np.asarray(tgt_row, dtype=np.int32))
+    return EpochPairs(base, np.flatnonzero(alone), _in_memory_pairs(rows["src"], rows["tgt"]))
+
+
+def _joined_rows(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings,
+                 groups: list[np.ndarray]) -> tuple[list[list[int]], list[list[int]]]:
+    """The token ids of each group's pairs joined as text and tokenized again."""
+    members = np.concatenate(groups)
     src_texts = tokenizers.source.decode([base[int(p)].src for p in members])
     tgt_texts = tokenizers.target.decode([base[int(p)].tgt for p in members])
-    joined_sources, joined_targets, start = [], [], 0
+    sources, targets, start = [], [], 0
     for group in groups:
         end = start + len(group)
-        joined_sources.append(settings.source_separator.join(src_texts[start:end]))
-        joined_targets.append(settings.target_separator.join(tgt_texts[start:end]))
+        sources.append(settings.source_separator.join(src_texts[start:end]))
+        targets.append(settings.target_separator.join(tgt_texts[start:end]))
         start = end
-    joined_src = tokenizers.source.encode(joined_sources)
-    joined_tgt = tokenizers.target.encode(joined_targets)
-    # Tokenized again, a joined pair can come out a token longer than its parts; one over the
-    # limits is not made, and its pairs stay alone.
-    fits = within_length_limits([len(s) for s in joined_src], [len(t) for t in joined_tgt],
-                                settings.max_source_tokens, settings.max_target_tokens, float("inf"))
-    kept = fits.tolist()
-    alone = np.ones(len(base), dtype=bool)
-    for group, made in zip(groups, kept):
-        alone[group] = not made
-    singles = np.flatnonzero(alone)
-    return EpochPairs(base, singles, [s for s, k in zip(joined_src, kept) if k], [t for t, k in zip(joined_tgt, kept) if k])
+    return tokenizers.source.encode(sources), tokenizers.target.encode(targets)
+
+
+def _in_memory_pairs(src_rows: list[np.ndarray], tgt_rows: list[np.ndarray]) -> TokenizedPairs:
+    arrays = []
+    for rows in (src_rows, tgt_rows):
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, rows), np.int64, len(rows)), out=offsets[1:])
+        arrays += [np.concatenate(rows) if rows else np.zeros(0, np.int32), offsets]
+    return TokenizedPairs(*arrays)
