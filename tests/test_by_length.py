@@ -11,6 +11,8 @@ from attn_cli.decoding.scoring import score_translations
 @pytest.mark.parametrize("text, expected", [
     ("你在我叔叔叔叔叔叔叔叔了。", True), ("我祖母在一座一座一座一座一座小的村庄里长大。", True),
     ("哈哈哈", True), ("哈哈", False), ("你好，世界。", False), ("他们他们", False), ("abcdeabcdeabcde", False),
+    # Numbers and runs of spaces are not stutter; a stutter after one still counts.
+    ("他给了我10000日元。", False), ("一共1111个。", False), ("a   b", False), ("10000个人人人", True),
 ])
 def test_a_unit_of_one_to_four_characters_three_times_in_a_row_is_a_stutter(text, expected):
     assert stutters(text) is expected
