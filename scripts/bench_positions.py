@@ -9,7 +9,12 @@ translates three test sets with beam search, in this process, with no input spli
   as they are) until the source has 25-40 tokens, or more than 40 (at most 80); --long of each.
 BLEU and chrF per set, and the training time per scheme, go into a table and JSON.
 
+With --join-rate, training also joins pairs into longer ones (train.join, up to --join-max-tokens
+tokens a side): whether seeing long inputs in training helps each scheme, against the runs without.
+
     python3 scripts/bench_positions.py --workdir runs/positions --json bench_results/positions.json
+    python3 scripts/bench_positions.py --workdir runs/positions-join --join-rate 0.2 \
+        --tokenizer runs/positions/sinusoidal/tokenizer --json bench_results/positions-join.json
 """
 
 from __future__ import annotations
@@ -29,14 +34,14 @@ SMALL = ["model.d_model=128", "model.ffn_dim=512", "model.num_heads=4", "data.ma
          "train.max_minutes=null", "train.valid_bleu=false"]
 
 
-def train(scheme: str, workdir: Path, steps: int, cache: Path) -> float:
+def train(scheme: str, workdir: Path, steps: int, cache: Path, joining: list[str], tokenizer: Path | None) -> float:
     run = workdir / scheme
     if (run / "checkpoints" / "last.pt").is_file():
         shutil.rmtree(run)  # a run is measured whole, never resumed
-    first = workdir / SCHEMES[0] / "tokenizer"
-    if scheme != SCHEMES[0] and first.is_dir():
+    first = tokenizer or workdir / SCHEMES[0] / "tokenizer"
+    if (scheme != SCHEMES[0] or tokenizer) and first.is_dir() and not (run / "tokenizer").is_dir():
         shutil.copytree(first, run / "tokenizer")  # one tokenizer for all: the runs differ in positions alone
-    settings = [*SMALL, f"model.positions={scheme}", f"run_dir={run}", f"data.cache_dir={cache}",
+    settings = [*SMALL, *joining, f"model.positions={scheme}", f"run_dir={run}", f"data.cache_dir={cache}",
                 f"train.max_steps={steps}", f"train.valid_every={steps}"]
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "attn_cli", "train", "--config", "en-zh.yaml",
@@ -67,11 +72,18 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--long", type=int, default=300)
+    parser.add_argument("--join-rate", type=float, default=0.0, help="train.join.rate (0: no joining)")
+    parser.add_argument("--join-max-tokens", type=int, default=80, help="train.join.max_tokens")
+    parser.add_argument("--join-max-pairs", type=int, default=4, help="train.join.max_pairs")
+    parser.add_argument("--tokenizer", type=Path, help="a tokenizer directory every run copies (another run's)")
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     cache = args.workdir / "prepared"
-    seconds = {scheme: train(scheme, args.workdir, args.steps, cache) for scheme in SCHEMES}
+    joining = [f"train.join.rate={args.join_rate}", f"train.join.max_tokens={args.join_max_tokens}",
+               f"train.join.max_pairs={args.join_max_pairs}"] if args.join_rate else []
+    seconds = {scheme: train(scheme, args.workdir, args.steps, cache, joining, args.tokenizer) for scheme in args.schemes}
 
     import torch
 
@@ -82,7 +94,7 @@ def main() -> None:
     from attn_cli.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(2)
-    first = RunPaths.of(args.workdir / SCHEMES[0])
+    first = RunPaths.of(args.workdir / args.schemes[0])
     checkpoint = load_checkpoint(first.last_checkpoint)
     cfg = checkpoint.config
     sources, references = read_parallel(first.split_file("test", cfg.data.src_lang),
@@ -94,7 +106,7 @@ def main() -> None:
             "> 40": long_pairs(test, count_tokens, 41, 80, args.long, seed=2)}
 
     results = {}
-    for scheme in SCHEMES:
+    for scheme in args.schemes:
         model = load_checkpoint(RunPaths.of(args.workdir / scheme).last_checkpoint)
         options = dataclasses.replace(model.config.decode, n_best=1)
         results[scheme] = {"train_seconds": round(seconds[scheme])}
@@ -107,7 +119,8 @@ def main() -> None:
         print(scheme, results[scheme], flush=True)
 
     print(f"\n{args.steps} updates each, model d_model 128 / ffn 512 / 3+3 layers, training pairs of at most 24 "
-          f"source tokens; BLEU (chrF) by source length, beam {cfg.decode.beam_size}\n")
+          f"source tokens{'; ' + ', '.join(joining) if joining else ''}; BLEU (chrF) by source length, "
+          f"beam {cfg.decode.beam_size}\n")
     print("| positions | training time | " + " | ".join(f"{name} ({len(pairs)} pairs)" for name, pairs in sets.items())
           + " |")
     print("|---|---:|" + "---:|" * len(sets))
@@ -116,7 +129,7 @@ def main() -> None:
         print(f"| {scheme} | {found['train_seconds'] / 60:.1f} min | {cells} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"results": results, "steps": args.steps, "settings": SMALL,
+        args.json.write_text(json.dumps({"results": results, "steps": args.steps, "settings": SMALL + joining,
                                          "torch": torch.__version__}, indent=2) + "\n", encoding="utf-8")
 
 

@@ -1,0 +1,120 @@
+"""Decoding settings chosen on validation data: length penalty, no_repeat_ngram and max_len_a.
+
+Decodes a run's validation split and the long validation set (benchmarks/en-zh-long/long-valid.*,
+built from the same validation pairs by scripts/build_long_set.py) with beam search under every
+combination of the settings below, and scores each: BLEU, chrF, length ratio (hypothesis over
+reference characters) and stutter rate against the references' (attn_cli/decoding/by_length.py).
+The choice is the combination with the best mean BLEU of the two sets among those whose stutter
+rate is at most twice the references' on both, and whose outputs' length the output limit does not
+decide (max_len_a 1.0 or 2.0 instead of the config's moves its long-validation BLEU by at most
+1.0). The test split is never decoded.
+
+    python3 scripts/bench_decode_settings.py --run runs/en-zh --json bench_results/decode_settings.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from attn_cli.decoding.by_length import stutters
+from attn_cli.decoding.io import read_parallel
+from attn_cli.decoding.scoring import score_translations
+from attn_cli.decoding.translate import translate_sentences
+from attn_cli.paths import RunPaths
+from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
+
+LENGTH_PENALTIES = (0.6, 1.0, 1.4, 1.7, 2.0)
+NO_REPEAT_NGRAMS = (0, 2, 3, 4)
+MAX_LEN_AS = (1.0, 1.5, 2.0)
+MAX_LIMIT_EFFECT = 1.0  # BLEU
+
+
+def score(hypotheses: list[str], references: list[str], language: str) -> dict:
+    bleu, chrf = score_translations(hypotheses, references, language)
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2),
+            "length_ratio": round(sum(map(len, hypotheses)) / sum(map(len, references)), 3),
+            "stutter": round(sum(map(stutters, hypotheses)) / len(hypotheses), 4),
+            "reference_stutter": round(sum(map(stutters, references)) / len(references), 4)}
+
+
+def stutter_within_bound(result: dict) -> bool:
+    """The issue's bound: at most twice the references' rate (none where they have none)."""
+    return result["stutter"] <= 2 * result["reference_stutter"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=Path("runs/en-zh"))
+    parser.add_argument("--long", type=Path, default=Path("benchmarks/en-zh-long"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    checkpoint = load_checkpoint(find_checkpoint(args.run, None))
+    cfg = checkpoint.config
+    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
+    paths = RunPaths.of(args.run)
+    sets = {"valid": read_parallel(paths.split_file("valid", src), paths.split_file("valid", tgt)),
+            "long valid": read_parallel(args.long / f"long-valid.{src}", args.long / f"long-valid.{tgt}")}
+    def measure(penalty: float, ngram: int, len_a: float) -> dict:
+        options = dataclasses.replace(cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram, max_len_a=len_a,
+                                      n_best=1)
+        row = {"length_penalty": penalty, "no_repeat_ngram": ngram, "max_len_a": len_a}
+        for name, (sources, references) in sets.items():
+            translations = translate_sentences(checkpoint.model, checkpoint.tokenizers, sources, options,
+                                               cfg.data.max_source_tokens, tgt)
+            row[name] = score([t.texts[0] for t in translations], references, tgt)
+        row["mean_bleu"] = round((row["valid"]["bleu"] + row["long valid"]["bleu"]) / 2, 2)
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+        return row
+
+    # The length penalty and no_repeat_ngram together, at the config's max_len_a. Then, best first,
+    # each candidate whose stutter is within the bound is decoded again with the other max_len_a:
+    # the first whose long-validation BLEU moves by at most MAX_LIMIT_EFFECT is chosen. One that
+    # moves more is kept in length by the output limit, not by the model: its outputs run on to
+    # wherever the limit is.
+    rows = [measure(penalty, ngram, cfg.decode.max_len_a)
+            for penalty, ngram in itertools.product(LENGTH_PENALTIES, NO_REPEAT_NGRAMS)]
+    candidates = sorted((row for row in rows if all(stutter_within_bound(row[name]) for name in sets)),
+                        key=lambda row: -row["mean_bleu"])
+    chosen = None
+    for candidate in candidates:
+        others = [measure(candidate["length_penalty"], candidate["no_repeat_ngram"], len_a)
+                  for len_a in MAX_LEN_AS if len_a != cfg.decode.max_len_a]
+        rows += others
+        moved = max(abs(other["long valid"]["bleu"] - candidate["long valid"]["bleu"]) for other in others)
+        candidate["limit_effect"] = round(moved, 2)
+        if moved <= MAX_LIMIT_EFFECT:
+            chosen = candidate
+            break
+    if chosen is None:
+        raise SystemExit("no setting has its stutter within the bound and a length the output limit does not decide")
+    print(f"\n{args.run}, beam {cfg.decode.beam_size}; {len(sets['valid'][0])} validation and "
+          f"{len(sets['long valid'][0])} long validation pairs\n")
+    print("| length penalty | no_repeat_ngram | max_len_a | valid BLEU | ratio | stutter | long valid BLEU | "
+          "ratio | stutter (references) | mean BLEU |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        v, lv = row["valid"], row["long valid"]
+        mark = " **chosen**" if row is chosen else ""
+        print(f"| {row['length_penalty']} | {row['no_repeat_ngram']} | {row['max_len_a']} | {v['bleu']:.2f} | "
+              f"{v['length_ratio']:.2f} | {v['stutter']:.1%} | {lv['bleu']:.2f} | {lv['length_ratio']:.2f} | "
+              f"{lv['stutter']:.1%} ({lv['reference_stutter']:.1%}) | {row['mean_bleu']:.2f}{mark} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows, "chosen": chosen, "run": str(args.run),
+                                         "beam_size": cfg.decode.beam_size, "threads": args.threads,
+                                         "torch": torch.__version__, "machine": platform.machine()},
+                                        indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
