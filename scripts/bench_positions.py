@@ -77,13 +77,21 @@ def main() -> None:
     parser.add_argument("--join-max-pairs", type=int, default=4, help="train.join.max_pairs")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer directory every run copies (another run's)")
     parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
+    parser.add_argument("--score-only", action="store_true", help="score the runs already in --workdir, train none")
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="decoding, the same for every run")
+    parser.add_argument("--no-repeat-ngram", type=int, default=0, help="decoding, the same for every run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     cache = args.workdir / "prepared"
     joining = [f"train.join.rate={args.join_rate}", f"train.join.max_tokens={args.join_max_tokens}",
                f"train.join.max_pairs={args.join_max_pairs}"] if args.join_rate else []
-    seconds = {scheme: train(scheme, args.workdir, args.steps, cache, joining, args.tokenizer) for scheme in args.schemes}
+    if args.score_only:
+        earlier = json.loads(args.json.read_text(encoding="utf-8"))["results"] if args.json and args.json.is_file() else {}
+        seconds = {scheme: earlier.get(scheme, {}).get("train_seconds") for scheme in args.schemes}
+    else:
+        seconds = {scheme: train(scheme, args.workdir, args.steps, cache, joining, args.tokenizer)
+                   for scheme in args.schemes}
 
     import torch
 
@@ -108,8 +116,10 @@ def main() -> None:
     results = {}
     for scheme in args.schemes:
         model = load_checkpoint(RunPaths.of(args.workdir / scheme).last_checkpoint)
-        options = dataclasses.replace(model.config.decode, n_best=1)
-        results[scheme] = {"train_seconds": round(seconds[scheme])}
+        # The same decoding for every run, whatever its config says: the runs differ in training alone.
+        options = dataclasses.replace(model.config.decode, n_best=1, length_penalty=args.length_penalty,
+                                      no_repeat_ngram=args.no_repeat_ngram)
+        results[scheme] = {"train_seconds": None if seconds[scheme] is None else round(seconds[scheme])}
         for name, pairs in sets.items():
             translations = translate_sentences(model.model, model.tokenizers, [s for s, _ in pairs], options,
                                                max_source_tokens=10_000, target_language=cfg.data.tgt_lang)
@@ -120,16 +130,18 @@ def main() -> None:
 
     print(f"\n{args.steps} updates each, model d_model 128 / ffn 512 / 3+3 layers, training pairs of at most 24 "
           f"source tokens{'; ' + ', '.join(joining) if joining else ''}; BLEU (chrF) by source length, "
-          f"beam {cfg.decode.beam_size}\n")
+          f"beam {cfg.decode.beam_size}, length penalty {args.length_penalty}, no_repeat_ngram {args.no_repeat_ngram}\n")
     print("| positions | training time | " + " | ".join(f"{name} ({len(pairs)} pairs)" for name, pairs in sets.items())
           + " |")
     print("|---|---:|" + "---:|" * len(sets))
     for scheme, found in results.items():
         cells = " | ".join(f"{found[name]['bleu']:.2f} ({found[name]['chrf']:.1f})" for name in sets)
-        print(f"| {scheme} | {found['train_seconds'] / 60:.1f} min | {cells} |")
+        minutes = "–" if found["train_seconds"] is None else f"{found['train_seconds'] / 60:.1f} min"
+        print(f"| {scheme} | {minutes} | {cells} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"results": results, "steps": args.steps, "settings": SMALL + joining,
+                                         "length_penalty": args.length_penalty, "no_repeat_ngram": args.no_repeat_ngram,
                                          "torch": torch.__version__}, indent=2) + "\n", encoding="utf-8")
 
 

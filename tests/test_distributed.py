@@ -233,12 +233,12 @@ def test_each_process_reads_only_its_own_sentences_of_each_batch(tmp_path):
         shares = []
         for rank in range(WORLD_SIZE):
             Recorded.read = []
-            trainer = SimpleNamespace(ranks=Ranks(rank=rank, world_size=WORLD_SIZE), train_examples=recorded, device=CPU)
+            trainer = SimpleNamespace(ranks=Ranks(rank=rank, world_size=WORLD_SIZE), _epoch_examples=recorded, device=CPU)
             batch = Trainer._local_batch(trainer, positions)
             assert batch.indices == Recorded.read  # what the batch holds is what was read
             shares.append(set(Recorded.read))
         assert not shares[0] & shares[1] and shares[0] | shares[1] == set(positions)
         Recorded.read = []
-        trainer = SimpleNamespace(train_examples=recorded)
+        trainer = SimpleNamespace(_epoch_examples=recorded)
         expected = sum(len(rows[p]) * 2 + 1 + 2 for p in positions)
         assert Trainer._tokens_of(trainer, [positions]) == expected and Recorded.read == []
