@@ -53,7 +53,7 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
         return  # rank 0 of a torchrun run reports for all its processes
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
-    tell(f"trained {result.step:,} steps ({result.epoch} epochs) in {format_duration(result.elapsed)}{score}; "
+    tell(f"trained {result.step:,} steps ({result.epoch} epoch{'' if result.epoch == 1 else 's'}) in {format_duration(result.elapsed)}{score}; "
          f"checkpoints in {result.paths.checkpoint_dir}")
 
 
