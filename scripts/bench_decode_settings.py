@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-from attn_cli.decoding.by_length import stutters
+from attn_cli.decoding.by_length import scores_by_length
 from attn_cli.decoding.io import read_parallel
-from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.translate import translate_sentences
 from attn_cli.paths import RunPaths
 from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
@@ -36,12 +35,11 @@ MAX_LEN_AS = (1.0, 1.5, 2.0)
 MAX_LIMIT_EFFECT = 1.0  # BLEU
 
 
-def score(hypotheses: list[str], references: list[str], language: str) -> dict:
-    bleu, chrf = score_translations(hypotheses, references, language)
-    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2),
-            "length_ratio": round(sum(map(len, hypotheses)) / sum(map(len, references)), 3),
-            "stutter": round(sum(map(stutters, hypotheses)) / len(hypotheses), 4),
-            "reference_stutter": round(sum(map(stutters, references)) / len(references), 4)}
+def score(sources: list[str], hypotheses: list[str], references: list[str], language: str) -> dict:
+    """The whole set's row of `attn eval --by-length`."""
+    whole = scores_by_length(sources, hypotheses, references, language)[-1]
+    return {"bleu": round(whole.bleu, 2), "chrf": round(whole.chrf, 2), "length_ratio": round(whole.length_ratio, 3),
+            "stutter": round(whole.stutter_rate, 4), "reference_stutter": round(whole.reference_stutter_rate, 4)}
 
 
 def stutter_within_bound(result: dict) -> bool:
@@ -71,7 +69,7 @@ def main() -> None:
         for name, (sources, references) in sets.items():
             translations = translate_sentences(checkpoint.model, checkpoint.tokenizers, sources, options,
                                                cfg.data.max_source_tokens, tgt)
-            row[name] = score([t.texts[0] for t in translations], references, tgt)
+            row[name] = score(sources, [t.texts[0] for t in translations], references, tgt)
         row["mean_bleu"] = round((row["valid"]["bleu"] + row["long valid"]["bleu"]) / 2, 2)
         print(json.dumps(row, ensure_ascii=False), flush=True)
         return row

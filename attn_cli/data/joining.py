@@ -77,8 +77,8 @@ class EpochPairs:
 
     def __init__(self, base: TokenizedPairs, singles: np.ndarray, joined: TokenizedPairs):
         self.base, self.singles, self.joined = base, singles, joined
-        self._src_lengths = np.concatenate([base.src_lengths[singles], joined.src_lengths])
-        self._tgt_lengths = np.concatenate([base.tgt_lengths[singles], joined.tgt_lengths])
+        self.src_lengths = np.concatenate([base.src_lengths[singles], joined.src_lengths])
+        self.tgt_lengths = np.concatenate([base.tgt_lengths[singles], joined.tgt_lengths])
 
     def __len__(self) -> int:
         return len(self.singles) + len(self.joined)
@@ -88,20 +88,12 @@ class EpochPairs:
         return Example(i, found.src, found.tgt)
 
     @property
-    def src_lengths(self) -> np.ndarray:
-        return self._src_lengths
-
-    @property
-    def tgt_lengths(self) -> np.ndarray:
-        return self._tgt_lengths
-
-    @property
     def joined_count(self) -> int:
         return len(self.joined)
 
     def token_count(self, positions: np.ndarray) -> int:
         positions = np.asarray(positions, dtype=np.int64)
-        return int(self._src_lengths[positions].sum() + self._tgt_lengths[positions].sum())
+        return int(self.src_lengths[positions].sum() + self.tgt_lengths[positions].sum())
 
 
 def join_epoch(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, seed: int,
@@ -110,7 +102,7 @@ def join_epoch(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSetti
     rng = np.random.default_rng([seed, epoch, _JOIN_STREAM])
     groups = plan_groups(base.src_lengths, base.tgt_lengths, settings, rng)
     alone = np.ones(len(base), dtype=bool)
-    rows: dict[str, list[list[int]]] = {"src": [], "tgt": []}
+    rows: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
     for start in range(0, len(groups), _CHUNK):  # a chunk's texts at a time, never the epoch's
         chunk = groups[start:start + _CHUNK]
         src_rows, tgt_rows = _joined_rows(base, tokenizers, settings, chunk)

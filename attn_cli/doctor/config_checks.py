@@ -66,10 +66,10 @@ def _positions(cfg: Config, tokens: Optional[TokenCounts]) -> Check:
         return Check(SECTION, "max positions", "skip", "learned positions, but no tokenizer yet to measure the data in tokens",
                      "run `attn prepare` with this config first")
     # A source gets EOS and a decoder input BOS: one position more than its tokens.
-    longest_pair = max(tokens.longest_source, tokens.longest_target)
-    # Joined pairs (train.join) reach about their limit, beyond the corpus's longest pair.
-    longest_example = max(cfg.longest_training_sides()) if cfg.train.join.rate > 0 else longest_pair
-    trained = min(longest_example, max(cfg.longest_training_sides())) + 1
+    trained = max(cfg.longest_training_sides())
+    if cfg.train.join.rate == 0:  # joined pairs (train.join) reach about their limit, beyond the corpus's longest pair
+        trained = min(trained, max(tokens.longest_source, tokens.longest_target))
+    trained += 1
     numbers = {"max_positions": model.max_positions, "longest_trained": trained, "over_length_limits": tokens.over_length_limits}
     found = (f"model.max_positions {model.max_positions}; the longest training pair needs {trained} "
              f"({tokens.origin}); {tokens.over_length_limits:,} pairs exceed data.max_*_tokens")
