@@ -337,6 +337,7 @@ class DecodeConfig:
     seed: Optional[int] = None  # with sample: a seed makes the samples repeatable
     long_inputs: Literal["split", "truncate"] = "split"  # inputs beyond model.max_positions
     no_repeat_ngram: int = 0  # > 0: no token n-gram of this size twice in one output (curbs stutter); 0 = off
+    no_stutter: bool = False  # no unit of 1-4 characters three times in a row (叔叔叔, 一座一座一座) in an output
 
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower

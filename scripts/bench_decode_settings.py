@@ -1,4 +1,4 @@
-"""Decoding settings chosen on validation data: length penalty, no_repeat_ngram and max_len_a.
+"""Decoding settings chosen on validation data: length penalty, no_repeat_ngram, no_stutter and max_len_a.
 
 Decodes a run's validation split and the long validation set (benchmarks/en-zh-long/long-valid.*,
 built from the same validation pairs by scripts/build_long_set.py) with beam search under every
@@ -31,6 +31,7 @@ from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 
 LENGTH_PENALTIES = (0.6, 1.0, 1.4, 1.7, 2.0)
 NO_REPEAT_NGRAMS = (0, 2, 3, 4)
+NO_STUTTER = (False, True)
 MAX_LEN_AS = (1.0, 1.5, 2.0)
 MAX_LIMIT_EFFECT = 1.0  # BLEU
 
@@ -62,10 +63,10 @@ def main() -> None:
     paths = RunPaths.of(args.run)
     sets = {"valid": read_parallel(paths.split_file("valid", src), paths.split_file("valid", tgt)),
             "long valid": read_parallel(args.long / f"long-valid.{src}", args.long / f"long-valid.{tgt}")}
-    def measure(penalty: float, ngram: int, len_a: float) -> dict:
-        options = dataclasses.replace(cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram, max_len_a=len_a,
-                                      n_best=1)
-        row = {"length_penalty": penalty, "no_repeat_ngram": ngram, "max_len_a": len_a}
+    def measure(penalty: float, ngram: int, no_stutter: bool, len_a: float) -> dict:
+        options = dataclasses.replace(cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram,
+                                      no_stutter=no_stutter, max_len_a=len_a, n_best=1)
+        row = {"length_penalty": penalty, "no_repeat_ngram": ngram, "no_stutter": no_stutter, "max_len_a": len_a}
         for name, (sources, references) in sets.items():
             translations = translate_sentences(checkpoint.model, checkpoint.tokenizers, sources, options,
                                                cfg.data.max_source_tokens, tgt)
@@ -74,18 +75,18 @@ def main() -> None:
         print(json.dumps(row, ensure_ascii=False), flush=True)
         return row
 
-    # The length penalty and no_repeat_ngram together, at the config's max_len_a. Then, best first,
+    # The length penalty, no_repeat_ngram and no_stutter together, at the config's max_len_a. Then, best first,
     # each candidate whose stutter is within the bound is decoded again with the other max_len_a:
     # the first whose long-validation BLEU moves by at most MAX_LIMIT_EFFECT is chosen. One that
     # moves more is kept in length by the output limit, not by the model: its outputs run on to
     # wherever the limit is.
-    rows = [measure(penalty, ngram, cfg.decode.max_len_a)
-            for penalty, ngram in itertools.product(LENGTH_PENALTIES, NO_REPEAT_NGRAMS)]
+    rows = [measure(penalty, ngram, no_stutter, cfg.decode.max_len_a)
+            for penalty, ngram, no_stutter in itertools.product(LENGTH_PENALTIES, NO_REPEAT_NGRAMS, NO_STUTTER)]
     candidates = sorted((row for row in rows if all(stutter_within_bound(row[name]) for name in sets)),
                         key=lambda row: -row["mean_bleu"])
     chosen = None
     for candidate in candidates:
-        others = [measure(candidate["length_penalty"], candidate["no_repeat_ngram"], len_a)
+        others = [measure(candidate["length_penalty"], candidate["no_repeat_ngram"], candidate["no_stutter"], len_a)
                   for len_a in MAX_LEN_AS if len_a != cfg.decode.max_len_a]
         rows += others
         moved = max(abs(other["long valid"]["bleu"] - candidate["long valid"]["bleu"]) for other in others)
@@ -97,13 +98,14 @@ def main() -> None:
         raise SystemExit("no setting has its stutter within the bound and a length the output limit does not decide")
     print(f"\n{args.run}, beam {cfg.decode.beam_size}; {len(sets['valid'][0])} validation and "
           f"{len(sets['long valid'][0])} long validation pairs\n")
-    print("| length penalty | no_repeat_ngram | max_len_a | valid BLEU | ratio | stutter | long valid BLEU | "
+    print("| length penalty | no_repeat_ngram | no_stutter | max_len_a | valid BLEU | ratio | stutter | long valid BLEU | "
           "ratio | stutter (references) | mean BLEU |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         v, lv = row["valid"], row["long valid"]
         mark = " **chosen**" if row is chosen else ""
-        print(f"| {row['length_penalty']} | {row['no_repeat_ngram']} | {row['max_len_a']} | {v['bleu']:.2f} | "
+        print(f"| {row['length_penalty']} | {row['no_repeat_ngram']} | {'yes' if row['no_stutter'] else 'no'} | "
+              f"{row['max_len_a']} | {v['bleu']:.2f} | "
               f"{v['length_ratio']:.2f} | {v['stutter']:.1%} | {lv['bleu']:.2f} | {lv['length_ratio']:.2f} | "
               f"{lv['stutter']:.1%} ({lv['reference_stutter']:.1%}) | {row['mean_bleu']:.2f}{mark} |")
     if args.json:

@@ -4,8 +4,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
-from attn_cli.decoding.by_length import scores_by_length, stutters
+from attn_cli.decoding.by_length import scores_by_length
 from attn_cli.decoding.scoring import score_translations
+from attn_cli.decoding.stutter import stutters
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -131,12 +131,12 @@ def _model(tokenizers, seed: int = 0, **overrides):
 
 
 def _alone(model, ids: list[int], options: DecodeConfig, tokenizers):
-    """The hypotheses of one source, decoded in a batch of its own, kept to valid UTF-8 as
-    translate_sentences keeps them (the random model writes byte pieces)."""
-    from attn_cli.decoding.utf8 import Utf8Constraint
+    """The hypotheses of one source, decoded in a batch of its own, with the constraints
+    translate_sentences keeps (the random model writes byte pieces)."""
+    from attn_cli.decoding.translate import output_constraints
 
-    valid_utf8 = Utf8Constraint.for_tokenizer(tokenizers.target)
-    return decode_batch(model, collate([Example(0, ids, [])]).src, options, valid_utf8=valid_utf8)[0]
+    constraints = output_constraints(tokenizers.target, options)
+    return decode_batch(model, collate([Example(0, ids, [])]).src, options, constraints=constraints)[0]
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -340,3 +340,18 @@ def test_prefixes_are_refused_by_a_search_that_takes_none(tokenizers):
     with pytest.raises(ValueError, match="prefixes need attn's own search"):
         translate_sentences(None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]],
                             prefixes=["我"])
+
+
+def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
+    from attn_cli.decoding.stutter import stutters
+
+    model = _model(tokenizers, seed=1)
+    texts = tokenizers.target.piece_texts()
+    characters = [token for token, text in enumerate(texts) if text and len(text) == 1 and not text.isspace()]
+    model.position_bias[:, characters[:3]] += 5.0  # drawn to three characters, it writes them over and over
+    options = DecodeConfig(beam_size=2, max_len_a=2.0, max_len_b=12)
+    free = translate_sentences(model, tokenizers, SENTENCES * 3, options, 255, "zh")
+    kept = translate_sentences(model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True), 255, "zh")
+    assert any(stutters(t.texts[0]) for t in free), "left alone the random model stutters, so the option was tried"
+    assert not any(stutters(t.texts[0]) for t in kept)
+    assert decode_options(options, {"no_stutter": True}).no_stutter, "--no-stutter sets decode.no_stutter"

@@ -81,7 +81,7 @@ def test_a_model_drawn_to_bytes_writes_valid_utf8_only_under_the_constraint(beam
         src = random_source(6, 8, vocab=VOCAB, lengths=[8, 3, 5, 7, 6, 4])
         search = (lambda **kw: greedy_search(model, src, max_len_a=1.0, max_len_b=6, **kw)) if beam == 1 else \
             (lambda **kw: beam_search(model, src, beam, max_len_a=1.0, max_len_b=6, **kw))
-        free, valid = search(), search(valid_utf8=CONSTRAINT)
+        free, valid = search(), search(constraints=[CONSTRAINT])
         for unconstrained, constrained in zip(free, valid):
             assert is_utf8(as_bytes(constrained[0].tokens)), constrained[0].tokens
             if not is_utf8(as_bytes(unconstrained[0].tokens)):

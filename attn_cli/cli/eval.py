@@ -10,8 +10,8 @@ import typer
 
 from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
-                                     NoRepeatNgramOption, RunsOption, ThreadsOption, Translator, decode_options,
-                                     load_for_decoding)
+                                     NoRepeatNgramOption, NoStutterOption, RunsOption, ThreadsOption, Translator,
+                                     decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
@@ -29,6 +29,7 @@ def evaluate(
     beam: Optional[int] = BeamOption,
     length_penalty: Optional[float] = LengthPenaltyOption,
     no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
+    no_stutter: Optional[bool] = NoStutterOption,
     batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
     threads: Optional[int] = ThreadsOption,
@@ -57,7 +58,7 @@ def evaluate(
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size,
-             "no_repeat_ngram": no_repeat_ngram}
+             "no_repeat_ngram": no_repeat_ngram, "no_stutter": no_stutter}
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     translator = Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), flags))
     cfg = loaded.config

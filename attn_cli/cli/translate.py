@@ -14,8 +14,8 @@ import typer
 
 from attn_cli.cli.common import DeviceOption, stderr, tell
 from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
-                                     NoRepeatNgramOption, RunsOption, ThreadsOption, Translator, decode_options,
-                                     load_for_decoding)
+                                     NoRepeatNgramOption, NoStutterOption, RunsOption, ThreadsOption, Translator,
+                                     decode_options, load_for_decoding)
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def translate(
                                          "with --sample, the number of samples)."),
     length_penalty: Optional[float] = LengthPenaltyOption,
     no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
+    no_stutter: Optional[bool] = NoStutterOption,
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Output limit a * source length + b: the a."),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Output limit a * source length + b: the b."),
     sample: Optional[bool] = typer.Option(None, "--sample/--no-sample", help="Sample each next token instead of searching."),
@@ -128,7 +129,8 @@ def translate(
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
              "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
-             "top_k": top_k, "top_p": top_p, "seed": seed, "no_repeat_ngram": no_repeat_ngram}
+             "top_k": top_k, "top_p": top_p, "seed": seed, "no_repeat_ngram": no_repeat_ngram,
+             "no_stutter": no_stutter}
     translator = Translator(loaded, decode_options(loaded.config.decode, flags))
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
     if inspection.wanted and translator.exported:

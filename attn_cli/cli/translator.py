@@ -34,6 +34,9 @@ BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is gre
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
 NoRepeatNgramOption = typer.Option(None, "--no-repeat-ngram", min=0, help="Forbid any token n-gram of this size "
                                    "twice in one output, e.g. 3 (curbs stutter); 0 turns it off (config: decode.no_repeat_ngram).")
+NoStutterOption = typer.Option(None, "--no-stutter/--allow-stutter", help="Forbid a unit of 1-4 characters three "
+                               "times in a row in an output (叔叔叔, 一座一座一座; digits and spaces may repeat) "
+                               "(config: decode.no_stutter).")
 BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
 ModelOption = typer.Option(None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2).")
 ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threads: torch's for a checkpoint (default: "
@@ -43,7 +46,8 @@ ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threa
 DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "max_tokens": "--batch-size",
                 "sample": "--sample", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-                "seed": "--seed", "no_repeat_ngram": "--no-repeat-ngram"}
+                "seed": "--seed", "no_repeat_ngram": "--no-repeat-ngram",
+                "no_stutter": "--no-stutter"}
 
 
 def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:

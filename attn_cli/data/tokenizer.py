@@ -63,6 +63,13 @@ class Tokenizer:
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
         return [self._sp.id_to_piece(i) for i in ids]
 
+    def piece_texts(self) -> list[str | None]:
+        """Per id, the text the piece adds to an output (▁ is a space); None for the pieces that add
+        none of their own: the special ones, <unk>, and byte pieces (a byte is not a character)."""
+        sp = self._sp
+        return [None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) else sp.id_to_piece(i).replace("▁", " ")
+                for i in range(self.vocab_size)]
+
 
 @dataclass(frozen=True)
 class Tokenizers:

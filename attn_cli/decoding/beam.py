@@ -19,14 +19,13 @@ prefix, which all hypotheses of a sentence share (see `Hypothesis`). The model m
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import (Hypothesis, ban_repeated_ngrams, length_penalty, no_prefix, output_limits,
-                                         rows_at_limit)
-from attn_cli.decoding.utf8 import Utf8Constraint
+from attn_cli.decoding.hypothesis import (Hypothesis, OutputConstraint, ban_repeated_ngrams, length_penalty,
+                                         no_prefix, output_limits, rows_at_limit)
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -35,14 +34,14 @@ from attn_cli.vocab import BOS_ID, EOS_ID
 def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
                 max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
                 exact_steps: Optional[int] = None, prefix: Optional[torch.Tensor] = None,
-                no_repeat_ngram: int = 0, valid_utf8: Optional[Utf8Constraint] = None) -> list[list[Hypothesis]]:
+                no_repeat_ngram: int = 0, constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
     `model` is one model or an `Ensemble`. `alpha` is the length penalty exponent (0 ranks by
     log-probability alone). `exact_steps` forces that many output tokens after the prefix (EOS
     forbidden), for benchmarks. `prefix` (B, P), the same length P for every row, is forced: every
     hypothesis begins with it. `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in
-    a hypothesis; `valid_utf8` keeps byte pieces to well-formed UTF-8 (attn_cli/decoding/utf8.py).
+    a hypothesis; each of `constraints` rules out tokens at every step (valid UTF-8, no stutter).
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
@@ -61,8 +60,10 @@ def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int
                                             exact_steps is not None)
         if no_repeat_ngram:
             ban_repeated_ngrams(log_probs, search.history, no_repeat_ngram)
-        if valid_utf8 is not None and exact_steps is None:
-            valid_utf8.restrict(log_probs, search.history, (search.limits - step).repeat_interleave(beam_size))
+        if exact_steps is None:
+            steps_left = (search.limits - step).repeat_interleave(beam_size)
+            for constraint in constraints:
+                constraint.restrict(log_probs, search.history, steps_left)
         rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
         if not rows.numel():
             break

@@ -3,29 +3,22 @@
 Sentences are bucketed by the number of words (whitespace-separated) of their source. Per bucket:
 BLEU and chrF, the length ratio (hypothesis characters over reference characters), the stutter rate
 (outputs in which a unit of 1 to 4 characters repeats three times or more in a row, e.g. 叔叔叔叔
-or 一座一座一座, but not digits as in 10000, against the same rate in the references, since "哈哈哈"
-is sometimes right), and the
-count of U+FFFD, the character a byte sequence that is not valid UTF-8 decodes to.
+or 一座一座一座, but not digits as in 10000: decoding/stutter.py), against the same rate in the
+references, since "哈哈哈" is sometimes right, and the count of U+FFFD, the character a byte
+sequence that is not valid UTF-8 decodes to.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from attn_cli.decoding.scoring import score_translations
+from attn_cli.decoding.stutter import stutters
 
 # Upper bounds, in source words, of the buckets; the last bucket is everything longer.
 BUCKET_BOUNDS = (8, 15)
-_STUTTER = re.compile(r"(.{1,4}?)\1{2,}", re.DOTALL)
 REPLACEMENT_CHARACTER = "\ufffd"
-
-
-def stutters(text: str) -> bool:
-    """Whether a unit of 1 to 4 characters repeats three times or more in a row; digits (10000)
-    and spaces repeat as a matter of course, and do not count."""
-    return any(not (unit.isdigit() or unit.isspace()) for unit in (m.group(1) for m in _STUTTER.finditer(text)))
 
 
 @dataclass

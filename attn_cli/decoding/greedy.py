@@ -4,14 +4,13 @@ shares in `hypothesis.py`."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
-from attn_cli.decoding.hypothesis import (Hypothesis, ban_repeated_ngrams, length_penalty, no_prefix, output_limits,
-                                         rows_at_limit)
-from attn_cli.decoding.utf8 import Utf8Constraint
+from attn_cli.decoding.hypothesis import (Hypothesis, OutputConstraint, ban_repeated_ngrams, length_penalty,
+                                         no_prefix, output_limits, rows_at_limit)
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -48,7 +47,7 @@ def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: f
                   use_cache: bool = True, exact_steps: Optional[int] = None,
                   choose: TokenChooser = choose_most_likely, samples: int = 1,
                   alpha: float = 0.0, scored: bool = True, prefix: Optional[torch.Tensor] = None,
-                  no_repeat_ngram: int = 0, valid_utf8: Optional[Utf8Constraint] = None) -> list[list[Hypothesis]]:
+                  no_repeat_ngram: int = 0, constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
     """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
     `model` is one model or an `Ensemble`. `choose` picks each next token: the most likely (greedy)
@@ -60,8 +59,9 @@ def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: f
     `scored=False` (greedy only) skips the scores, and the log-softmax they need at every step, and
     leaves them NaN. `prefix` (B, P), the same length P for every row, is forced: every output
     begins with it, and the search continues from there (see `Hypothesis` for how it is scored).
-    `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in an output; `valid_utf8`
-    keeps byte pieces to well-formed UTF-8 (attn_cli/decoding/utf8.py). Returns `samples` hypotheses per source.
+    `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in an output; each of
+    `constraints` rules out tokens at every step (valid UTF-8, no stutter). Returns `samples`
+    hypotheses per source.
     """
     if not scored and choose is not choose_most_likely:
         raise ValueError("sampling needs normalized scores")
@@ -84,8 +84,9 @@ def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: f
                                             normalize=scored)
         if no_repeat_ngram:
             ban_repeated_ngrams(log_probs, state.history, no_repeat_ngram)
-        if valid_utf8 is not None and exact_steps is None:
-            valid_utf8.restrict(log_probs, state.history, state.limits - step)
+        if exact_steps is None:
+            for constraint in constraints:
+                constraint.restrict(log_probs, state.history, state.limits - step)
         next_tokens = choose(log_probs)
         state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
         ended = next_tokens == EOS_ID

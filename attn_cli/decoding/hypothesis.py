@@ -1,10 +1,10 @@
 """What every search shares: the `Hypothesis` record, the GNMT length penalty, output length
-limits, the empty forced prefix and the next-token distribution."""
+limits, the empty forced prefix, the next-token distribution and the constraints on it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 
@@ -22,6 +22,16 @@ class Hypothesis:
     tokens: list[int]  # output ids, without BOS and EOS
     log_prob: float  # summed log-probability of the searched tokens and the EOS that ended them
     score: float  # what ranks hypotheses: log_prob / length_penalty(searched tokens + 1, alpha)
+
+
+class OutputConstraint(Protocol):
+    """A rule every output keeps, applied at each step of a search (decoding/utf8.py, decoding/stutter.py)."""
+
+    def restrict(self, log_probs: torch.Tensor, history: torch.Tensor, steps_left: torch.Tensor) -> torch.Tensor:
+        """Rule out, in place, each row's next tokens that would break the rule. `history` (rows, L)
+        is each row's BOS, prefix and searched tokens; `steps_left` (rows,) how many tokens each row
+        may still add before its EOS, this one included."""
+        ...
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):

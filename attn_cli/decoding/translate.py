@@ -20,12 +20,13 @@ from attn_cli.decoding.beam import beam_search
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate, token_batches
 from attn_cli.decoding.ensemble import Ensemble
+from attn_cli.decoding.stutter import NoStutter
 from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.decoding.greedy import greedy_search, sampler
-from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.hypothesis import Hypothesis, OutputConstraint
 from attn_cli.errors import UserError
 from attn_cli.model import Transformer
-from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.data.tokenizer import Tokenizer, Tokenizers
 from attn_cli.vocab import PAD_ID
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
@@ -57,16 +58,16 @@ def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> Decod
 def decode_batch(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
                  generator: torch.Generator | None = None,
                  prefixes: Optional[Sequence[Sequence[int]]] = None,
-                 valid_utf8: Optional[Utf8Constraint] = None) -> list[list[Hypothesis]]:
+                 constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
     """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search, each
     row's output forced to begin with its `prefixes` ids (none: no prefix).
 
     Rows whose prefixes differ in length are searched apart, one group per length: a search fills
     the cache with BOS and the prefix in one call and then moves every row one position per step,
     so its rows must stand at the same position. A group is exactly what its rows would be alone.
-    `valid_utf8`, the target tokenizer's byte pieces, keeps every output well-formed UTF-8."""
+    `constraints` (see `output_constraints`) rule out tokens at every step of the search."""
     if prefixes is None or not any(prefixes):
-        return _search(model, src, options, generator, None, valid_utf8)
+        return _search(model, src, options, generator, None, constraints)
     results: list[list[Hypothesis]] = [[] for _ in prefixes]
     by_length = sorted(range(len(prefixes)), key=lambda row: len(prefixes[row]))
     for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
@@ -75,26 +76,38 @@ def decode_batch(model: Transformer | Ensemble, src: torch.Tensor, options: Deco
         group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
         prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
         for row, hypotheses in zip(rows, _search(model, group_src, options, generator, prefix.view(len(rows), length),
-                                                 valid_utf8)):
+                                                 constraints)):
             results[row] = hypotheses
     return results
 
 
 def _search(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
             generator: torch.Generator | None, prefix: Optional[torch.Tensor],
-            valid_utf8: Optional[Utf8Constraint] = None) -> list[list[Hypothesis]]:
+            constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
         samples = greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
                                 samples=options.n_best, alpha=options.length_penalty, prefix=prefix,
-                                no_repeat_ngram=options.no_repeat_ngram, valid_utf8=valid_utf8)
+                                no_repeat_ngram=options.no_repeat_ngram, constraints=constraints)
         return [sorted(hypotheses, key=lambda h: h.score, reverse=True) for hypotheses in samples]  # best first
     if options.beam_size == 1:
         return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty,
-                             prefix=prefix, no_repeat_ngram=options.no_repeat_ngram, valid_utf8=valid_utf8)
+                             prefix=prefix, no_repeat_ngram=options.no_repeat_ngram, constraints=constraints)
     return beam_search(model, src, options.beam_size, options.length_penalty, options.max_len_a,
                        options.max_len_b, options.n_best, prefix=prefix, no_repeat_ngram=options.no_repeat_ngram,
-                       valid_utf8=valid_utf8)
+                       constraints=constraints)
+
+
+def output_constraints(target: Tokenizer, options: DecodeConfig) -> list[OutputConstraint]:
+    """What every output of attn's own search keeps to: valid UTF-8 when the target tokenizer has
+    byte pieces (no output decodes to U+FFFD), and no stutter when `decode.no_stutter` asks."""
+    constraints: list[OutputConstraint] = []
+    valid_utf8 = Utf8Constraint.for_tokenizer(target)
+    if valid_utf8 is not None:
+        constraints.append(valid_utf8)
+    if options.no_stutter:
+        constraints.append(NoStutter.for_tokenizer(target))
+    return constraints
 
 
 def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[int]], list[str]]) -> list[list[int]]:
@@ -136,9 +149,9 @@ def translate_sentences(model: Transformer | Ensemble | None, tokenizers: Tokeni
     if search is None:
         device = Ensemble.of(model).device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
-        valid_utf8 = Utf8Constraint.for_tokenizer(tokenizers.target)  # no output decodes to U+FFFD
+        constraints = output_constraints(tokenizers.target, options)
         search = lambda src, prefixes=None: decode_batch(model, src, options, generator, prefixes,  # noqa: E731
-                                                         valid_utf8)
+                                                         constraints)
     elif any(prefix_ids):
         raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
     else:

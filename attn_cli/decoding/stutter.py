@@ -1,0 +1,129 @@
+"""Stutter: a unit of 1 to 4 characters three times in a row (叔叔叔叔, 一座一座一座), how it is
+counted in outputs, and `NoStutter`, which keeps it out of them during the search.
+
+A model that loses its place in a long input may write the same character or word again and again.
+`no_repeat_ngram` works on tokens, and cannot see a repeat the tokenizer cut differently each time
+(过 · 过 · 过去 is 过过过去, three different token bigrams). `NoStutter` works on the text: at each
+step it rules out every token whose text would complete a unit repeated three times. Digits (10000)
+and whitespace repeat as a matter of course and are left alone. The search stays exact over the
+outputs without stutter: it only removes the others.
+
+A token's text is its piece with ▁ as a space. Byte pieces, and the special pieces, carry no text
+here: a character written in bytes ends the run before it (its own repeats are not seen).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import torch
+
+from attn_cli.data.tokenizer import Tokenizer
+
+LONGEST_UNIT = 4
+REPEATS = 3
+_LONGEST_STUTTER = LONGEST_UNIT * REPEATS
+_STUTTER = re.compile(rf"(.{{1,{LONGEST_UNIT}}}?)\1{{{REPEATS - 1},}}", re.DOTALL)
+
+
+def counts_as_unit(unit: str) -> bool:
+    """Whether a repeated `unit` is stutter: digits (10000) and spaces are not."""
+    return not (unit.isdigit() or unit.isspace())
+
+
+def stutters(text: str) -> bool:
+    """Whether a unit of 1 to 4 characters repeats three times or more in a row (what
+    `attn eval --by-length` counts)."""
+    return any(counts_as_unit(match.group(1)) for match in _STUTTER.finditer(text))
+
+
+def has_new_stutter(text: str, old_length: int) -> bool:
+    """Whether `text` holds a stutter that ends after its first `old_length` characters: one that
+    appending `text[old_length:]` completed. The plain definition `NoStutter` is tested against."""
+    for end in range(max(old_length + 1, 1), len(text) + 1):
+        for unit_length in range(1, LONGEST_UNIT + 1):
+            start = end - REPEATS * unit_length
+            unit = text[start:start + unit_length]
+            if start >= 0 and counts_as_unit(unit) and text[start:end] == unit * REPEATS:
+                return True
+    return False
+
+
+class NoStutter:
+    """The texts of one target vocabulary, indexed so that the tokens completing a stutter are found
+    from a row's last characters alone."""
+
+    def __init__(self, piece_texts: Sequence[Optional[str]]):
+        self.texts = list(piece_texts)  # per id: what the piece adds to the output, None for no text
+        # Tokens whose own text stutters: never allowed.
+        self.stuttering = torch.tensor([i for i, text in enumerate(self.texts) if text and has_new_stutter(text, 0)],
+                                       dtype=torch.long)
+        # The tokens whose text starts with each string of up to 2 * LONGEST_UNIT characters, the most
+        # a stutter begun in the output can still need.
+        self.starting_with: dict[str, list[int]] = {}
+        # The tokens that complete a stutter begun by the output's last j < unit length characters:
+        # the text must start with the rest of the unit, then the unit twice. Keyed by those j characters.
+        self.completing: dict[str, list[int]] = {}
+        for token, text in enumerate(self.texts):
+            if not text:
+                continue
+            for length in range(1, min(len(text), 2 * LONGEST_UNIT) + 1):
+                self.starting_with.setdefault(text[:length], []).append(token)
+            for unit_length in range(2, LONGEST_UNIT + 1):
+                for begun in range(1, unit_length):  # characters of the first unit already in the output
+                    rest = text[:unit_length - begun]
+                    ending = text[unit_length - begun:unit_length]  # what the output must end with
+                    unit = ending + rest
+                    if counts_as_unit(unit) and text.startswith((unit * REPEATS)[begun:]):
+                        self.completing.setdefault(ending, []).append(token)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Tokenizer) -> "NoStutter":
+        return cls(tokenizer.piece_texts())
+
+    def restrict(self, log_probs: torch.Tensor, history: torch.Tensor, steps_left: torch.Tensor) -> torch.Tensor:
+        """Rule out, in place, each row's tokens that would complete a stutter. `history` (rows, L)
+        is each row's BOS, prefix and searched tokens; `steps_left` is not needed here."""
+        device = log_probs.device
+        if self.stuttering.numel():
+            log_probs[:, self.stuttering.to(device)] = float("-inf")
+        # A stutter spans at most 12 characters and every token with text has one or more: the last
+        # 11 tokens hold all of the output a new stutter can begin in.
+        rows, columns = [], []
+        for row, tail in enumerate(history[:, -(_LONGEST_STUTTER - 1):].tolist()):
+            banned = self._banned_after(self._last_characters(tail))
+            rows.extend([row] * len(banned))
+            columns.extend(banned)
+        if columns:
+            log_probs[torch.tensor(rows, device=device), torch.tensor(columns, device=device)] = float("-inf")
+        return log_probs
+
+    def _last_characters(self, tokens: list[int]) -> str:
+        """The text of the output's last tokens, up to 11 characters, back to the first token without text."""
+        parts, length = [], 0
+        for token in reversed(tokens):
+            text = self.texts[token]
+            if not text:
+                break
+            parts.append(text)
+            length += len(text)
+            if length >= _LONGEST_STUTTER - 1:
+                break
+        return "".join(reversed(parts))[-(_LONGEST_STUTTER - 1):]
+
+    def _banned_after(self, tail: str) -> list[int]:
+        """The tokens that would complete a stutter after an output ending in `tail`."""
+        banned: list[int] = []
+        for begun in range(1, len(tail) + 1):  # the stutter's characters already in the output
+            suffix = tail[-begun:]
+            if begun < LONGEST_UNIT:
+                banned.extend(self.completing.get(suffix, ()))
+            # A whole unit is already out: it fixes the rest of the stutter.
+            for unit_length in range(max(1, -(-(begun + 1) // REPEATS)), min(begun, LONGEST_UNIT) + 1):
+                unit = suffix[:unit_length]
+                stutter = unit * REPEATS
+                if suffix == stutter[:begun] and counts_as_unit(unit):
+                    banned.extend(self.starting_with.get(stutter[begun:], ()))
+        return banned
+
