@@ -7,7 +7,9 @@ reference characters) and stutter rate against the references' (attn_cli/decodin
 The choice is the combination with the best mean BLEU of the two sets among those whose stutter
 rate is at most twice the references' on both, and whose outputs' length the output limit does not
 decide (max_len_a 1.0 or 2.0 instead of the config's moves its long-validation BLEU by at most
-1.0). The test split is never decoded.
+1.0). The test split is never decoded. Each setting's decoding time is kept too: the median ratio
+of the time with no_stutter to the time without, over otherwise equal settings decoded one after
+the other, is what the constraint costs.
 
     python3 scripts/bench_decode_settings.py --run runs/en-zh --json bench_results/decode_settings.json
 """
@@ -19,6 +21,8 @@ import dataclasses
 import itertools
 import json
 import platform
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -67,10 +71,14 @@ def main() -> None:
         options = dataclasses.replace(cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram,
                                       no_stutter=no_stutter, max_len_a=len_a, n_best=1)
         row = {"length_penalty": penalty, "no_repeat_ngram": ngram, "no_stutter": no_stutter, "max_len_a": len_a}
+        seconds = 0.0
         for name, (sources, references) in sets.items():
+            start = time.perf_counter()
             translations = translate_sentences(checkpoint.model, checkpoint.tokenizers, sources, options,
                                                cfg.data.max_source_tokens, tgt)
+            seconds += time.perf_counter() - start
             row[name] = score(sources, [t.texts[0] for t in translations], references, tgt)
+        row["seconds"] = round(seconds, 2)
         row["mean_bleu"] = round((row["valid"]["bleu"] + row["long valid"]["bleu"]) / 2, 2)
         print(json.dumps(row, ensure_ascii=False), flush=True)
         return row
@@ -108,9 +116,16 @@ def main() -> None:
               f"{row['max_len_a']} | {v['bleu']:.2f} | "
               f"{v['length_ratio']:.2f} | {v['stutter']:.1%} | {lv['bleu']:.2f} | {lv['length_ratio']:.2f} | "
               f"{lv['stutter']:.1%} ({lv['reference_stutter']:.1%}) | {row['mean_bleu']:.2f}{mark} |")
+    setting = lambda row: (row["length_penalty"], row["no_repeat_ngram"], row["max_len_a"])  # noqa: E731
+    without = {setting(row): row["seconds"] for row in rows if not row["no_stutter"]}
+    ratios = [row["seconds"] / without[setting(row)] for row in rows if row["no_stutter"] and setting(row) in without]
+    stutter_cost = round(statistics.median(ratios), 3)
+    print(f"\ndecoding time with no_stutter / without: median {stutter_cost:.3f} over {len(ratios)} settings "
+          f"(range {min(ratios):.3f}-{max(ratios):.3f})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "chosen": chosen, "run": str(args.run),
+        args.json.write_text(json.dumps({"rows": rows, "chosen": chosen, "no_stutter_time_ratio": stutter_cost,
+                                         "run": str(args.run),
                                          "beam_size": cfg.decode.beam_size, "threads": args.threads,
                                          "torch": torch.__version__, "machine": platform.machine()},
                                         indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -115,15 +115,17 @@ class NoStutter:
     def _banned_after(self, tail: str) -> list[int]:
         """The tokens that would complete a stutter after an output ending in `tail`."""
         banned: list[int] = []
-        for begun in range(1, len(tail) + 1):  # the stutter's characters already in the output
-            suffix = tail[-begun:]
-            if begun < LONGEST_UNIT:
-                banned.extend(self.completing.get(suffix, ()))
-            # A whole unit is already out: it fixes the rest of the stutter.
-            for unit_length in range(max(1, -(-(begun + 1) // REPEATS)), min(begun, LONGEST_UNIT) + 1):
-                unit = suffix[:unit_length]
-                stutter = unit * REPEATS
-                if suffix == stutter[:begun] and counts_as_unit(unit):
-                    banned.extend(self.starting_with.get(stutter[begun:], ()))
+        for begun in range(1, min(len(tail), LONGEST_UNIT - 1) + 1):  # less than a unit already out
+            banned.extend(self.completing.get(tail[-begun:], ()))
+        for unit_length in range(1, min(len(tail), LONGEST_UNIT) + 1):
+            # How many of the last characters repeat the one unit_length before them: a stutter with
+            # this unit has begun in the output's last unit_length + `repeating` characters at most.
+            repeating = 0
+            while (repeating < (REPEATS - 1) * unit_length - 1 and repeating + unit_length < len(tail)
+                   and tail[-1 - repeating] == tail[-1 - repeating - unit_length]):
+                repeating += 1
+            for begun in range(unit_length, unit_length + repeating + 1):  # a whole unit out fixes the rest
+                unit = tail[len(tail) - begun:len(tail) - begun + unit_length]
+                if counts_as_unit(unit):
+                    banned.extend(self.starting_with.get((unit * REPEATS)[begun:], ()))
         return banned
-
