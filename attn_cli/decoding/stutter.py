@@ -3,7 +3,7 @@ counted in outputs, and `NoStutter`, which keeps it out of them during the searc
 
 A model that loses its place in a long input may write the same character or word again and again.
 `no_repeat_ngram` works on tokens, and cannot see a repeat the tokenizer cut differently each time
-(过 · 过 · 过去 is 过过过去, three different token bigrams). `NoStutter` works on the text: at each
+(过 · 过 · 过去 writes 过过过去, and no token bigram in it comes twice). `NoStutter` works on the text: at each
 step it rules out every token whose text would complete a unit repeated three times. Digits (10000)
 and whitespace repeat as a matter of course and are left alone. The search stays exact over the
 outputs without stutter: it only removes the others.
