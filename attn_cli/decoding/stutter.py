@@ -3,10 +3,10 @@ counted in outputs, and `NoStutter`, which keeps it out of them during the searc
 
 A model that loses its place in a long input may write the same character or word again and again.
 `no_repeat_ngram` works on tokens, and cannot see a repeat the tokenizer cut differently each time
-(过 · 过 · 过去 writes 过过过去, and no token bigram in it comes twice). `NoStutter` works on the text: at each
-step it rules out every token whose text would complete a unit repeated three times. Digits (10000)
-and whitespace repeat as a matter of course and are left alone. The search stays exact over the
-outputs without stutter: it only removes the others.
+(过 · 过 · 过去 writes 过过过去, and no token bigram in it comes twice). `NoStutter` works on the
+text: at each step it rules out every token whose text would complete a unit repeated three times.
+Digits (10000) and whitespace repeat as a matter of course and are left alone. The search stays
+exact over the outputs without stutter: it only removes the others.
 
 A token's text is its piece with ▁ as a space. Byte pieces, and the special pieces, carry no text
 here: a character written in bytes ends the run before it (its own repeats are not seen).
@@ -41,7 +41,7 @@ def stutters(text: str) -> bool:
 def has_new_stutter(text: str, old_length: int) -> bool:
     """Whether `text` holds a stutter that ends after its first `old_length` characters: one that
     appending `text[old_length:]` completed. The plain definition `NoStutter` is tested against."""
-    for end in range(max(old_length + 1, 1), len(text) + 1):
+    for end in range(old_length + 1, len(text) + 1):
         for unit_length in range(1, LONGEST_UNIT + 1):
             start = end - REPEATS * unit_length
             unit = text[start:start + unit_length]
