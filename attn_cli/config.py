@@ -23,7 +23,6 @@ from typing import Any, Literal, NoReturn, Optional, Union
 
 import yaml
 
-
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -39,8 +38,14 @@ class ConfigError(ValueError):
     way (the command line calls them by its flags) without rewriting the message.
     """
 
-    def __init__(self, problem: str, key: Optional[str] = None, *, mentions: Optional[Mapping[str, str]] = None,
-                 config_file: Optional[str | Path] = None):
+    def __init__(
+        self,
+        problem: str,
+        key: Optional[str] = None,
+        *,
+        mentions: Optional[Mapping[str, str]] = None,
+        config_file: Optional[str | Path] = None,
+    ):
         self.problem, self.key, self.config_file = problem, key, config_file
         self.mentions = dict(mentions or {})
         super().__init__(self.describe())
@@ -52,7 +57,8 @@ class ConfigError(ValueError):
         problem = self.problem
         if self.mentions:  # safe_substitute: a "$" that is no placeholder is left as it is
             problem = string.Template(problem).safe_substitute(
-                {placeholder: names.get(key, placeholder) for placeholder, key in self.mentions.items()})
+                {placeholder: names.get(key, placeholder) for placeholder, key in self.mentions.items()}
+            )
         name = names.get(self.key, self.key) if self.key is not None else None
         where = f"{self.config_file}: " if self.config_file is not None else ""
         return f"{where}{name}: {problem}" if name is not None else f"{where}{problem}"
@@ -131,13 +137,20 @@ class CorpusConfig:
         if self.format == "text" and not (self.src_path and self.tgt_path):
             _fail(path, "format 'text' needs both src_path and tgt_path (two aligned files, one sentence per line)")
         if self.format == "hf" and not (self.hf_name or self.path):
-            _fail(path, "format 'hf' needs hf_name (a hub dataset or a builder like 'json') or path (a dataset saved with save_to_disk)")
+            _fail(
+                path,
+                "format 'hf' needs hf_name (a hub dataset or a builder like 'json') "
+                "or path (a dataset saved with save_to_disk)",
+            )
         if self.format == "tsv":
             for key in ("src_column", "tgt_column"):
                 if getattr(self, key) < 0:
                     _fail(f"{path}.{key}", f"{getattr(self, key)} is negative; columns count from 0")
             if self.src_column == self.tgt_column:
-                _fail(f"{path}.tgt_column", f"{self.tgt_column} equals src_column; source and target must be different columns")
+                _fail(
+                    f"{path}.tgt_column",
+                    f"{self.tgt_column} equals src_column; source and target must be different columns",
+                )
 
 
 @dataclass(frozen=True)
@@ -191,12 +204,23 @@ class TokenizerConfig:
     def validate(self, path: str) -> None:
         _check_numbers(self, path)
         if self.vocab_size < 300:
-            _fail(f"{path}.vocab_size", f"{self.vocab_size} is too small; byte fallback alone needs 256 + 4 pieces, use >= 300")
-        _at_most(f"{path}.vocab_size", self.vocab_size, MAX_VOCABULARY, "SentencePiece's limit, and far more than translation needs")
+            _fail(
+                f"{path}.vocab_size",
+                f"{self.vocab_size} is too small; byte fallback alone needs 256 + 4 pieces, use >= 300",
+            )
+        _at_most(
+            f"{path}.vocab_size",
+            self.vocab_size,
+            MAX_VOCABULARY,
+            "SentencePiece's limit, and far more than translation needs",
+        )
         if self.max_training_sentences < 1:
             _fail(f"{path}.max_training_sentences", f"{self.max_training_sentences} must be >= 1")
         if not 0.98 <= self.character_coverage <= 1.0:
-            _fail(f"{path}.character_coverage", f"{self.character_coverage} must be in [0.98, 1.0] (SentencePiece takes no less); 0.9995 suits Chinese")
+            _fail(
+                f"{path}.character_coverage",
+                f"{self.character_coverage} must be in [0.98, 1.0] (SentencePiece takes no less); 0.9995 suits Chinese",
+            )
 
 
 @dataclass(frozen=True)
@@ -220,13 +244,23 @@ class ModelConfig:
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         for key in ("encoder_layers", "decoder_layers"):
-            _at_most(f"{path}.{key}", getattr(self, key), MAX_LAYERS, "deeper stacks do not train without other changes")
-        _at_most(f"{path}.max_positions", self.max_positions, MAX_POSITIONS, "attention over longer sequences does not fit in memory")
+            _at_most(
+                f"{path}.{key}", getattr(self, key), MAX_LAYERS, "deeper stacks do not train without other changes"
+            )
+        _at_most(
+            f"{path}.max_positions",
+            self.max_positions,
+            MAX_POSITIONS,
+            "attention over longer sequences does not fit in memory",
+        )
         if self.d_model % self.num_heads:
             _fail(f"{path}.num_heads", f"{self.num_heads} must divide {path}.d_model={self.d_model}")
         if self.positions == "rotary" and (self.d_model // self.num_heads) % 2:
-            _fail(f"{path}.positions", f"rotary positions turn pairs of features: d_model / num_heads = "
-                  f"{self.d_model // self.num_heads} must be even; change {path}.num_heads or {path}.d_model")
+            _fail(
+                f"{path}.positions",
+                f"rotary positions turn pairs of features: d_model / num_heads = "
+                f"{self.d_model // self.num_heads} must be even; change {path}.num_heads or {path}.d_model",
+            )
         for key in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1)")
@@ -285,14 +319,24 @@ class TrainConfig:
     max_nonfinite_steps: int = 20  # this many updates in a row skipped for a non-finite loss or gradients stop the run
     compile: bool = False  # torch.compile the training forward; checkpoints and decoding use the plain module
     gradient_checkpointing: bool = False  # recompute each layer in backward: less memory, about a third more compute
-    init_from: Optional[str] = None  # a checkpoint, or a run directory (its best.pt): a new run starts from its weights and tokenizer
+    init_from: Optional[str] = (
+        None  # a checkpoint, or a run directory (its best.pt): a new run starts from its weights and tokenizer
+    )
 
     def validate(self, path: str) -> None:
         if not DEVICE_PATTERN.fullmatch(self.device):
             _fail(f"{path}.device", f"{self.device!r} is not a device; use auto, cpu, cuda or cuda:N")
         _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower
         _check_numbers(self, path)
-        for key in ("max_tokens", "accumulate", "max_epochs", "warmup_steps", "valid_every", "log_every", "max_nonfinite_steps"):
+        for key in (
+            "max_tokens",
+            "accumulate",
+            "max_epochs",
+            "warmup_steps",
+            "valid_every",
+            "log_every",
+            "max_nonfinite_steps",
+        ):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
@@ -303,8 +347,10 @@ class TrainConfig:
         if self.early_stopping is not None:
             self.early_stopping.validate(f"{path}.early_stopping")
             if self.early_stopping.metric == "bleu" and not self.valid_bleu:
-                _fail(f"{path}.early_stopping.metric", f"'bleu' needs {path}.valid_bleu: true; "
-                      f"use metric: loss, or turn valid_bleu on")
+                _fail(
+                    f"{path}.early_stopping.metric",
+                    f"'bleu' needs {path}.valid_bleu: true; use metric: loss, or turn valid_bleu on",
+                )
         if self.keep_last < 0:
             _fail(f"{path}.keep_last", f"{self.keep_last} must be >= 0 (0 keeps no step checkpoints)")
         if self.threads is not None and self.threads < 1:
@@ -343,24 +389,39 @@ class DecodeConfig:
         _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower
         _check_numbers(self, path)
         if self.max_len_a < 0 or self.max_len_b < 1:
-            raise ConfigError(f"$max_len_a={self.max_len_a} must be >= 0 and $max_len_b={self.max_len_b} >= 1", path,
-                              mentions={"max_len_a": f"{path}.max_len_a", "max_len_b": f"{path}.max_len_b"})
+            raise ConfigError(
+                f"$max_len_a={self.max_len_a} must be >= 0 and $max_len_b={self.max_len_b} >= 1",
+                path,
+                mentions={"max_len_a": f"{path}.max_len_a", "max_len_b": f"{path}.max_len_b"},
+            )
         for key in ("beam_size", "n_best", "max_tokens"):
             if getattr(self, key) < 1:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1")
-        _at_most(f"{path}.max_len_a", self.max_len_a, MAX_LENGTH_FACTOR, "no translation is that much longer than its source")
-        _at_most(f"{path}.max_len_b", self.max_len_b, MAX_EXTRA_TOKENS, "no translation needs that many tokens beyond its source's length")
+        _at_most(
+            f"{path}.max_len_a", self.max_len_a, MAX_LENGTH_FACTOR, "no translation is that much longer than its source"
+        )
+        _at_most(
+            f"{path}.max_len_b",
+            self.max_len_b,
+            MAX_EXTRA_TOKENS,
+            "no translation needs that many tokens beyond its source's length",
+        )
         for key in ("beam_size", "n_best"):
-            _at_most(f"{path}.{key}", getattr(self, key), MAX_BEAM, "each one multiplies the memory and time of decoding")
+            _at_most(
+                f"{path}.{key}", getattr(self, key), MAX_BEAM, "each one multiplies the memory and time of decoding"
+            )
         if self.length_penalty < 0:
             _fail(f"{path}.length_penalty", f"{self.length_penalty} must be >= 0 (0 turns it off)")
         if self.no_repeat_ngram < 0:
             _fail(f"{path}.no_repeat_ngram", f"{self.no_repeat_ngram} must be >= 0 (0 turns it off)")
         _at_most(f"{path}.no_repeat_ngram", self.no_repeat_ngram, MAX_EXTRA_TOKENS, "no output is that long")
         if not self.sample and self.n_best > self.beam_size:
-            raise ConfigError(f"{self.n_best} is more than $beam_size={self.beam_size}; a beam of k keeps at most "
-                              f"k translations, so raise $beam_size", f"{path}.n_best",
-                              mentions={"beam_size": f"{path}.beam_size"})
+            raise ConfigError(
+                f"{self.n_best} is more than $beam_size={self.beam_size}; a beam of k keeps at most "
+                f"k translations, so raise $beam_size",
+                f"{path}.n_best",
+                mentions={"beam_size": f"{path}.beam_size"},
+            )
         if self.temperature <= 0:
             _fail(f"{path}.temperature", f"{self.temperature} must be > 0")
         if self.top_k < 0:
@@ -389,8 +450,11 @@ class Config:
         # A source gets EOS and a decoder input gets BOS: one position more than the tokens.
         longest = max(self.longest_training_sides()) + 1
         if self.model.positions == "learned" and longest > self.model.max_positions:
-            _fail("model.max_positions", f"{self.model.max_positions} is shorter than the longest sentence "
-                  f"data.max_*_tokens (or train.join.max_tokens) + 1 = {longest}; raise it or lower the limits")
+            _fail(
+                "model.max_positions",
+                f"{self.model.max_positions} is shorter than the longest sentence "
+                f"data.max_*_tokens (or train.join.max_tokens) + 1 = {longest}; raise it or lower the limits",
+            )
 
     def longest_training_sides(self) -> tuple[int, int]:
         """The most tokens (without EOS or BOS) a training example's source and target can have: the
@@ -534,7 +598,9 @@ def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as error:
-        raise ConfigError(f"not UTF-8 text (byte {error.start}); a config is a YAML text file", config_file=path) from None
+        raise ConfigError(
+            f"not UTF-8 text (byte {error.start}); a config is a YAML text file", config_file=path
+        ) from None
     except OSError as error:
         raise ConfigError(f"cannot read it: {error.strerror or error}", config_file=path) from None
     except yaml.YAMLError as error:
@@ -568,8 +634,10 @@ def find_config(path: str | Path) -> Path:
         for name in (path.name, f"{path.name}.yaml"):
             if name in builtin:
                 return builtin[name]
-    raise ConfigError(f"config file not found: {path}; the built-in configs are {', '.join(builtin)} "
-                      "(attn train --config tiny.yaml), or give the path of your own YAML file")
+    raise ConfigError(
+        f"config file not found: {path}; the built-in configs are {', '.join(builtin)} "
+        "(attn train --config tiny.yaml), or give the path of your own YAML file"
+    )
 
 
 def default_run_dir() -> Path:

@@ -88,8 +88,11 @@ def _open(file: Path, binary: bool, path: Path, label: Optional[str], append: bo
 def _failed_write_of(error: BaseException, *files: Path) -> bool:
     """Whether `error` is a failed write of one of `files` (a failing write names no file), rather
     than a reader that went away or another file's error."""
-    return (isinstance(error, OSError) and not isinstance(error, BrokenPipeError)
-            and error.filename in (None, *(str(file) for file in files)))
+    return (
+        isinstance(error, OSError)
+        and not isinstance(error, BrokenPipeError)
+        and error.filename in (None, *(str(file) for file in files))
+    )
 
 
 def write_error(path: Path, cause: str, label: Optional[str] = None) -> WriteError:

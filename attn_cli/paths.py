@@ -61,8 +61,11 @@ class RunPaths:
         """The step-numbered checkpoints (train.keep_last), oldest first."""
         if not self.checkpoint_dir.is_dir():
             return []
-        found = [(int(match.group(1)), path) for path in self.checkpoint_dir.iterdir()
-                 if (match := _STEP_CHECKPOINT.fullmatch(path.name))]
+        found = [
+            (int(match.group(1)), path)
+            for path in self.checkpoint_dir.iterdir()
+            if (match := _STEP_CHECKPOINT.fullmatch(path.name))
+        ]
         return [path for _, path in sorted(found)]
 
     def average_checkpoint(self, count: int) -> Path:

@@ -66,9 +66,12 @@ def _memory_kb(pid: int) -> dict[str, int]:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
             name, value = line.split(":", 1)
             fields[name] = int(value.split()[0])
-        return {"rss": fields.get("Rss", 0), "pss": fields.get("Pss", 0),
-                "uss": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
-                "anonymous": fields.get("Anonymous", 0)}
+        return {
+            "rss": fields.get("Rss", 0),
+            "pss": fields.get("Pss", 0),
+            "uss": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+            "anonymous": fields.get("Anonymous", 0),
+        }
     except (OSError, ValueError):
         return dict.fromkeys(_FIELDS, 0)
 
@@ -92,8 +95,9 @@ def run(command: list[str], launcher: list[str] | None = None) -> dict:
     start = time.perf_counter()
     # Output into files, not pipes: a pipe nobody reads while the process runs would fill and stop it.
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen([*(launcher or [sys.executable]), "-m", "attn_cli", *command], stdout=out,
-                                   stderr=err, text=True)
+        process = subprocess.Popen(
+            [*(launcher or [sys.executable]), "-m", "attn_cli", *command], stdout=out, stderr=err, text=True
+        )
         peaks: dict[int, dict[str, int]] = {}
         peak_total = dict.fromkeys(_FIELDS, 0)
         while process.poll() is None:
@@ -126,8 +130,16 @@ def _settings(corpus: Path, run_dir: Path) -> list[str]:
 
 
 def _training(steps: int) -> list[str]:
-    return ["--set", f"train.max_steps={steps}", "--set", f"train.valid_every={steps}", "--set", "train.valid_bleu=false",
-            "--set", "train.max_minutes=null"]
+    return [
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        f"train.valid_every={steps}",
+        "--set",
+        "train.valid_bleu=false",
+        "--set",
+        "train.max_minutes=null",
+    ]
 
 
 def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
@@ -142,8 +154,15 @@ def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
     training = run(["train", *settings, *_training(steps)])
     training.pop("stdout")
     tokenizer.pop("stdout")
-    return {"pairs": pairs, "tokenizer": tokenizer, "first_prepare": first, "second_prepare": again, "train": training,
-            "pairs_per_s": round(stats["training_pairs_read"] / first["seconds"]), "stats": stats}
+    return {
+        "pairs": pairs,
+        "tokenizer": tokenizer,
+        "first_prepare": first,
+        "second_prepare": again,
+        "train": training,
+        "pairs_per_s": round(stats["training_pairs_read"] / first["seconds"]),
+        "stats": stats,
+    }
 
 
 def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
@@ -153,15 +172,24 @@ def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
     the tokenizer is reused and the entry prepared before."""
     corpus = workdir / f"corpus-{pairs}.tsv"
     cache = workdir / "shared-cache"
-    common = ["--set", f"data.cache_dir={cache}", "--set", "train.device=cpu", "--set", "train.threads=1",
-              *_training(steps)]
+    common = [
+        "--set",
+        f"data.cache_dir={cache}",
+        "--set",
+        "train.device=cpu",
+        "--set",
+        "train.threads=1",
+        *_training(steps),
+    ]
     runs = {name: workdir / f"run-{pairs}-{name}" for name in ("one", "two")}
     for directory in runs.values():
         shutil.rmtree(directory, ignore_errors=True)
         shutil.copytree(workdir / f"run-{pairs}" / "tokenizer", directory / "tokenizer")
     run(["prepare", *_settings(corpus, runs["one"]), "--set", f"data.cache_dir={cache}"])
     one = run(["train", *_settings(corpus, runs["one"]), *common])
-    two = run(["train", *_settings(corpus, runs["two"]), *common], launcher=["torchrun", "--nproc_per_node=2", "--standalone"])
+    two = run(
+        ["train", *_settings(corpus, runs["two"]), *common], launcher=["torchrun", "--nproc_per_node=2", "--standalone"]
+    )
     one.pop("stdout")
     two.pop("stdout")
     return {"pairs": pairs, "one_process": one, "two_processes": two}
@@ -170,11 +198,18 @@ def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--ranks-size", type=int, default=1_000_000,
-                        help="the size (one of --sizes) at which two torchrun processes are measured; 0: none")
-    parser.add_argument("--ranks-only", action="store_true",
-                        help="measure only the two processes, in a --workdir where an earlier run left the corpus "
-                             "and tokenizer of --ranks-size")
+    parser.add_argument(
+        "--ranks-size",
+        type=int,
+        default=1_000_000,
+        help="the size (one of --sizes) at which two torchrun processes are measured; 0: none",
+    )
+    parser.add_argument(
+        "--ranks-only",
+        action="store_true",
+        help="measure only the two processes, in a --workdir where an earlier run left the corpus "
+        "and tokenizer of --ranks-size",
+    )
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--json", type=Path)
@@ -187,43 +222,72 @@ def main() -> None:
         for pairs in [] if args.ranks_only else args.sizes:
             results.append(bench_size(pairs, workdir, args.steps))
             r = results[-1]
-            print(f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; first prepare {r['first_prepare']['seconds']} s "
-                  f"({r['pairs_per_s']:,} pairs/s, peak RSS {r['first_prepare']['peak_rss_mb']:,} MB); prepare again "
-                  f"{r['second_prepare']['seconds']} s; train {args.steps} steps {r['train']['seconds']} s, peak RSS "
-                  f"{r['train']['peak_rss_mb']:,} MB, PSS {r['train']['peak_pss_mb']:,} MB, anonymous "
-                  f"{r['train']['peak_anonymous_mb']:,} MB", flush=True)
+            print(
+                f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; "
+                f"first prepare {r['first_prepare']['seconds']} s "
+                f"({r['pairs_per_s']:,} pairs/s, peak RSS {r['first_prepare']['peak_rss_mb']:,} MB); prepare again "
+                f"{r['second_prepare']['seconds']} s; train {args.steps} steps {r['train']['seconds']} s, peak RSS "
+                f"{r['train']['peak_rss_mb']:,} MB, PSS {r['train']['peak_pss_mb']:,} MB, anonymous "
+                f"{r['train']['peak_anonymous_mb']:,} MB",
+                flush=True,
+            )
         ranks = bench_two_ranks(args.ranks_size, workdir, args.steps) if args.ranks_size in args.sizes else None
         if ranks is not None:
             print(f"two processes on {args.ranks_size:,} pairs: {ranks}", flush=True)
 
-    print(f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
-          f"| peak RSS | peak PSS | peak USS | peak anonymous |")
+    print(
+        f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
+        f"| peak RSS | peak PSS | peak USS | peak anonymous |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['pairs']:,} | {r['tokenizer']['seconds']} s | {r['first_prepare']['seconds']} s | {r['pairs_per_s']:,} "
-              f"| {r['first_prepare']['peak_rss_mb']:,} MB | {r['second_prepare']['seconds']} s | {r['train']['seconds']} s "
-              f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_pss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB "
-              f"| {r['train']['peak_anonymous_mb']:,} MB |")
+        print(
+            f"| {r['pairs']:,} | {r['tokenizer']['seconds']} s | {r['first_prepare']['seconds']} s "
+            f"| {r['pairs_per_s']:,} "
+            f"| {r['first_prepare']['peak_rss_mb']:,} MB | {r['second_prepare']['seconds']} s "
+            f"| {r['train']['seconds']} s "
+            f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_pss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB "
+            f"| {r['train']['peak_anonymous_mb']:,} MB |"
+        )
     if ranks is not None:
         one, two = ranks["one_process"], ranks["two_processes"]
         print(f"\n{ranks['pairs']:,} pairs, {args.steps} steps, one thread per process:\n")
         print("| processes | wall time | peak RSS | peak PSS | peak USS | peak anonymous |")
         print("|---|---:|---:|---:|---:|---:|")
-        print(f"| one | {one['seconds']} s | {one['peak_rss_mb']:,} MB | {one['peak_pss_mb']:,} MB "
-              f"| {one['peak_uss_mb']:,} MB | {one['peak_anonymous_mb']:,} MB |")
+        print(
+            f"| one | {one['seconds']} s | {one['peak_rss_mb']:,} MB | {one['peak_pss_mb']:,} MB "
+            f"| {one['peak_uss_mb']:,} MB | {one['peak_anonymous_mb']:,} MB |"
+        )
         for rank, process in enumerate(two["processes"]):
-            print(f"| two: rank {rank} | | {process['peak_rss_mb']:,} MB | {process['peak_pss_mb']:,} MB "
-                  f"| {process['peak_uss_mb']:,} MB | {process['peak_anonymous_mb']:,} MB |")
-        print(f"| two: together | {two['seconds']} s | {two['peak_total_rss_mb']:,} MB | {two['peak_total_pss_mb']:,} MB "
-              f"| {two['peak_total_uss_mb']:,} MB | {two['peak_total_anonymous_mb']:,} MB |")
+            print(
+                f"| two: rank {rank} | | {process['peak_rss_mb']:,} MB | {process['peak_pss_mb']:,} MB "
+                f"| {process['peak_uss_mb']:,} MB | {process['peak_anonymous_mb']:,} MB |"
+            )
+        print(
+            f"| two: together | {two['seconds']} s | {two['peak_total_rss_mb']:,} MB | {two['peak_total_pss_mb']:,} MB "
+            f"| {two['peak_total_uss_mb']:,} MB | {two['peak_total_anonymous_mb']:,} MB |"
+        )
         largest_rss = max(process["peak_rss_mb"] for process in two["processes"])
-        print(f"\ntogether (PSS) {two['peak_total_pss_mb']:,} MB = {two['peak_total_pss_mb'] / largest_rss:.2f} x "
-              f"one rank's RSS ({largest_rss:,} MB)")
+        print(
+            f"\ntogether (PSS) {two['peak_total_pss_mb']:,} MB = {two['peak_total_pss_mb'] / largest_rss:.2f} x "
+            f"one rank's RSS ({largest_rss:,} MB)"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"sizes": results, "two_ranks": ranks, "steps": args.steps,
-                                         "python": platform.python_version(), "machine": platform.machine()},
-                                        indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "sizes": results,
+                    "two_ranks": ranks,
+                    "steps": args.steps,
+                    "python": platform.python_version(),
+                    "machine": platform.machine(),
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

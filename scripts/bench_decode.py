@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 import transformers
+from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
@@ -37,9 +37,9 @@ from attn_cli.decoding.greedy import greedy_decode
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-
 try:
     import ctranslate2
+
     CT2_MISSING = ""
 except ImportError as error:
     ctranslate2 = None
@@ -85,8 +85,16 @@ class Ours:
             return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
         if not self.use_cache:
             raise Unavailable("greedy only")
-        n_best = beam_search(self.model, src, beam_size=beam_size, alpha=0.0, max_len_a=1.5,
-                             max_len_b=10, n_best=1, exact_steps=self.new_tokens)
+        n_best = beam_search(
+            self.model,
+            src,
+            beam_size=beam_size,
+            alpha=0.0,
+            max_len_a=1.5,
+            max_len_b=10,
+            n_best=1,
+            exact_steps=self.new_tokens,
+        )
         return [hypotheses[0].tokens for hypotheses in n_best]
 
 
@@ -106,8 +114,14 @@ class HuggingFace:
 
     @torch.inference_mode()
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
-        out = self.model.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=beam_size, do_sample=False,
-                                  min_new_tokens=self.new_tokens, max_new_tokens=self.new_tokens)
+        out = self.model.generate(
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            num_beams=beam_size,
+            do_sample=False,
+            min_new_tokens=self.new_tokens,
+            max_new_tokens=self.new_tokens,
+        )
         # Each row is the decoder start token and the new tokens; a row that ended early would
         # hold an EOS, which `check_outputs` rejects.
         if not (out[:, 0] == BOS_ID).all():
@@ -129,8 +143,9 @@ class CTranslate2:
         return [[TOKENS[i] for i in row] for row in src.tolist()]
 
     def decode(self, tokens: list[list[str]], beam_size: int) -> Outputs:
-        results = self.translator.translate_batch(tokens, beam_size=beam_size, min_decoding_length=self.new_tokens,
-                                                  max_decoding_length=self.new_tokens)
+        results = self.translator.translate_batch(
+            tokens, beam_size=beam_size, min_decoding_length=self.new_tokens, max_decoding_length=self.new_tokens
+        )
         return [result.hypotheses[0] for result in results]
 
 
@@ -143,20 +158,39 @@ System = Ours | HuggingFace | CTranslate2
 def build_ours(size: str) -> Transformer:
     dims = SIZES[size]
     torch.manual_seed(0)
-    return Transformer(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=dims["d_model"], num_heads=dims["num_heads"],
-                       ffn_dim=dims["ffn_dim"], encoder_layers=dims["layers"], decoder_layers=dims["layers"],
-                       dropout=0.0).eval()
+    return Transformer(
+        src_vocab_size=VOCAB,
+        tgt_vocab_size=VOCAB,
+        d_model=dims["d_model"],
+        num_heads=dims["num_heads"],
+        ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"],
+        dropout=0.0,
+    ).eval()
 
 
 def build_marian(size: str) -> MarianMTModel:
     dims = SIZES[size]
     config = MarianConfig(
-        vocab_size=VOCAB, decoder_vocab_size=VOCAB, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        d_model=dims["d_model"], encoder_attention_heads=dims["num_heads"], decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["ffn_dim"], decoder_ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"], decoder_layers=dims["layers"], max_position_embeddings=256,
-        activation_function="relu", scale_embedding=True, dropout=0.0,  # as ours (Marian's defaults: GELU, no scaling)
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        vocab_size=VOCAB,
+        decoder_vocab_size=VOCAB,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        d_model=dims["d_model"],
+        encoder_attention_heads=dims["num_heads"],
+        decoder_attention_heads=dims["num_heads"],
+        encoder_ffn_dim=dims["ffn_dim"],
+        decoder_ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"],
+        max_position_embeddings=256,
+        activation_function="relu",
+        scale_embedding=True,
+        dropout=0.0,  # as ours (Marian's defaults: GELU, no scaling)
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
         forced_eos_token_id=None,  # Marian's default, 0, would force our padding id as the last token
     )
     torch.manual_seed(0)
@@ -168,8 +202,7 @@ def build_marian(size: str) -> MarianMTModel:
     return model
 
 
-def ctranslate2_system(hf_dir: Path, quantization: str, new_tokens: int, threads: int,
-                       workdir: Path) -> System | str:
+def ctranslate2_system(hf_dir: Path, quantization: str, new_tokens: int, threads: int, workdir: Path) -> System | str:
     """A CTranslate2 conversion of the saved Transformers model; the reason where it fails."""
     if ctranslate2 is None:
         return CT2_MISSING
@@ -188,8 +221,9 @@ def save_for_conversion(marian: MarianMTModel, directory: Path) -> None:
     marian.save_pretrained(directory)
     vocabulary = {token: index for index, token in enumerate(TOKENS)}
     tokenizer = Tokenizer(WordLevel(vocabulary, unk_token=TOKENS[UNK_ID]))
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token=TOKENS[UNK_ID],
-                            eos_token=TOKENS[EOS_ID]).save_pretrained(directory)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token=TOKENS[UNK_ID], eos_token=TOKENS[EOS_ID]
+    ).save_pretrained(directory)
 
 
 # --- measuring
@@ -205,8 +239,10 @@ def random_sources(batch: int, length: int) -> torch.Tensor:
 def check_outputs(outputs: Outputs, batch: int, new_tokens: int, eos: int | str) -> None:
     lengths = sorted({len(row) for row in outputs})
     if len(outputs) != batch or lengths != [new_tokens] or any(eos in row for row in outputs):
-        raise RuntimeError(f"expected {batch} outputs of exactly {new_tokens} tokens without EOS, "
-                           f"got {len(outputs)} of lengths {lengths}")
+        raise RuntimeError(
+            f"expected {batch} outputs of exactly {new_tokens} tokens without EOS, "
+            f"got {len(outputs)} of lengths {lengths}"
+        )
 
 
 def measure(system: System | str, src: torch.Tensor, beam_size: int, new_tokens: int, repeats: int) -> dict:
@@ -214,8 +250,9 @@ def measure(system: System | str, src: torch.Tensor, beam_size: int, new_tokens:
     return measure_alternating({"system": system}, src, beam_size, new_tokens, repeats)["system"]
 
 
-def measure_alternating(systems: dict[str, System | str], src: torch.Tensor, beam_size: int, new_tokens: int,
-                        repeats: int) -> dict[str, dict]:
+def measure_alternating(
+    systems: dict[str, System | str], src: torch.Tensor, beam_size: int, new_tokens: int, repeats: int
+) -> dict[str, dict]:
     """Each system's verified warm-up, then `repeats` rounds that time every system once in turn,
     so that a slow spell of the shared machine falls on all of them rather than on one."""
     results: dict[str, dict] = {}
@@ -239,8 +276,12 @@ def measure_alternating(systems: dict[str, System | str], src: torch.Tensor, bea
             check_outputs(outputs, src.shape[0], new_tokens, systems[name].eos)
     for name, timings in seconds.items():
         median = statistics.median(timings)
-        results[name] = {"median_s": median, "tokens_per_s": src.shape[0] * new_tokens / median,
-                         "ms_per_sentence": 1000 * median / src.shape[0], "seconds": timings}
+        results[name] = {
+            "median_s": median,
+            "tokens_per_s": src.shape[0] * new_tokens / median,
+            "ms_per_sentence": 1000 * median / src.shape[0],
+            "seconds": timings,
+        }
     return results
 
 
@@ -272,11 +313,15 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     CTranslate2 is timed with 1 and with --threads intra-op threads and reported at its best: on
     the 2-core development machine its 2-thread mode ran 3 to 6 times slower than 1 thread.
     """
-    cases = [(mode, batch, random_sources(batch, args.source_length)) for mode in args.modes for batch in args.batch_sizes]
+    cases = [
+        (mode, batch, random_sources(batch, args.source_length)) for mode in args.modes for batch in args.batch_sizes
+    ]
     results: list[dict] = [{} for _ in cases]
     marian = build_marian(size)
-    torch_systems: dict[str, System] = {"ours": Ours(build_ours(size), args.new_tokens),
-                                        "hf": HuggingFace(marian, args.new_tokens)}
+    torch_systems: dict[str, System] = {
+        "ours": Ours(build_ours(size), args.new_tokens),
+        "hf": HuggingFace(marian, args.new_tokens),
+    }
     if args.cache_ablation:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
     for (mode, batch, src), case_results in zip(cases, results):
@@ -290,7 +335,10 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             name = f"ct2_{quantization}"
             system = ctranslate2_system(Path(workdir) / "hf", quantization, args.new_tokens, threads, Path(workdir))
             for (mode, batch, src), case_results in zip(cases, results):
-                result = {**measure(system, src, BEAM_SIZES[mode], args.new_tokens, args.repeats), "intra_threads": threads}
+                result = {
+                    **measure(system, src, BEAM_SIZES[mode], args.new_tokens, args.repeats),
+                    "intra_threads": threads,
+                }
                 report(size, mode, batch, f"{name} ({threads} threads)", result)
                 if result.get("tokens_per_s", 0) >= case_results.get(name, {}).get("tokens_per_s", 0):
                     case_results[name] = result  # CTranslate2 at its best thread count
@@ -298,13 +346,21 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
                 info["ct2_compute_types"][name] = system.translator.compute_type
                 if quantization == "float32":
                     info["ct2_float32_greedy_agreement_with_hf"] = ct2_agreement(
-                        torch_systems["hf"], system, random_sources(4, args.source_length))
+                        torch_systems["hf"], system, random_sources(4, args.source_length)
+                    )
             del system
             gc.collect()  # stops the translator's threads before anything else is timed
-    rows = [{"size": size, "mode": mode, "batch": batch, "results": case_results,
-             "ours_over_hf": ratio(case_results, "ours", "hf"),
-             "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32")}
-            for (mode, batch, _), case_results in zip(cases, results)]
+    rows = [
+        {
+            "size": size,
+            "mode": mode,
+            "batch": batch,
+            "results": case_results,
+            "ours_over_hf": ratio(case_results, "ours", "hf"),
+            "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32"),
+        }
+        for (mode, batch, _), case_results in zip(cases, results)
+    ]
     return rows, info
 
 
@@ -320,8 +376,19 @@ def describe(result: dict) -> str:
 
 
 def print_table(rows: list[dict], cache_ablation: bool) -> None:
-    columns = [("size", 5), ("mode", 6), ("batch", 5), ("ours tok/s", 10), ("ours ms/sent", 12), ("HF tok/s", 9),
-               ("HF ms/sent", 10), ("ours/HF", 7), ("CT2-f32 tok/s", 13), ("CT2-int8 tok/s", 14), ("ours/CT2-f32", 12)]
+    columns = [
+        ("size", 5),
+        ("mode", 6),
+        ("batch", 5),
+        ("ours tok/s", 10),
+        ("ours ms/sent", 12),
+        ("HF tok/s", 9),
+        ("HF ms/sent", 10),
+        ("ours/HF", 7),
+        ("CT2-f32 tok/s", 13),
+        ("CT2-int8 tok/s", 14),
+        ("ours/CT2-f32", 12),
+    ]
     if cache_ablation:
         columns.append(("uncached tok/s", 14))
     print("  ".join(f"{title:>{width}}" for title, width in columns))
@@ -331,11 +398,19 @@ def print_table(rows: list[dict], cache_ablation: bool) -> None:
         for name, result in results.items():
             if "error" in result:
                 notes.setdefault(f"{name}: {result['error']}", []).append(f"{row['size']} {row['mode']} {row['batch']}")
-        cells = [row["size"], row["mode"], row["batch"],
-                 number(results["ours"], "tokens_per_s"), number(results["ours"], "ms_per_sentence", ".1f"),
-                 number(results["hf"], "tokens_per_s"), number(results["hf"], "ms_per_sentence", ".1f"),
-                 times(row["ours_over_hf"]), number(results["ct2_float32"], "tokens_per_s"),
-                 number(results["ct2_int8"], "tokens_per_s"), times(row["ours_over_ct2_float32"])]
+        cells = [
+            row["size"],
+            row["mode"],
+            row["batch"],
+            number(results["ours"], "tokens_per_s"),
+            number(results["ours"], "ms_per_sentence", ".1f"),
+            number(results["hf"], "tokens_per_s"),
+            number(results["hf"], "ms_per_sentence", ".1f"),
+            times(row["ours_over_hf"]),
+            number(results["ct2_float32"], "tokens_per_s"),
+            number(results["ct2_int8"], "tokens_per_s"),
+            times(row["ours_over_ct2_float32"]),
+        ]
         if cache_ablation:
             cells.append(number(results["ours_uncached"], "tokens_per_s"))
         print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
@@ -353,16 +428,28 @@ def times(value: float | None) -> str:
 
 def write_json(path: str, args: argparse.Namespace, rows: list[dict], sizes: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps({
-        "benchmark": "decoding speed: ours vs Transformers MarianMTModel vs CTranslate2, forced output length",
-        "machine": machine_info(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "ctranslate2": ctranslate2.__version__ if ctranslate2 else None},
-        "threads": args.threads, "repeats": args.repeats, "new_tokens": args.new_tokens,
-        "source_length": args.source_length, "vocab_size": VOCAB,
-        "sizes": sizes,
-        "results": rows,
-    }, indent=2) + "\n")
+    Path(path).write_text(
+        json.dumps(
+            {
+                "benchmark": "decoding speed: ours vs Transformers MarianMTModel vs CTranslate2, forced output length",
+                "machine": machine_info(),
+                "versions": {
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "ctranslate2": ctranslate2.__version__ if ctranslate2 else None,
+                },
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "new_tokens": args.new_tokens,
+                "source_length": args.source_length,
+                "vocab_size": VOCAB,
+                "sizes": sizes,
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {path}")
 
 
@@ -391,8 +478,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads; CTranslate2 runs with 1 and with these")
     parser.add_argument("--json", default=str(REPO / "bench_results" / "decode.json"))
     parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
-    parser.add_argument("--profile", action="store_true",
-                        help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -406,8 +496,10 @@ def main() -> None:
     for size in args.sizes:
         size_rows, sizes[size] = bench_size(size, args)
         rows += size_rows
-    print(f"decoding {args.new_tokens} new tokens per sentence from {args.source_length}-token sources, "
-          f"vocabulary {VOCAB}, {args.threads} threads, median of {args.repeats}; ratios > 1: ours is faster")
+    print(
+        f"decoding {args.new_tokens} new tokens per sentence from {args.source_length}-token sources, "
+        f"vocabulary {VOCAB}, {args.threads} threads, median of {args.repeats}; ratios > 1: ours is faster"
+    )
     for size, info in sizes.items():
         share = info["ct2_float32_greedy_agreement_with_hf"]
         if share is not None:

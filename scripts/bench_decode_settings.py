@@ -43,8 +43,13 @@ MAX_LIMIT_EFFECT = 1.0  # BLEU
 def score(sources: list[str], hypotheses: list[str], references: list[str], language: str) -> dict:
     """The whole set's row of `attn eval --by-length`."""
     whole = scores_by_length(sources, hypotheses, references, language)[-1]
-    return {"bleu": round(whole.bleu, 2), "chrf": round(whole.chrf, 2), "length_ratio": round(whole.length_ratio, 3),
-            "stutter": round(whole.stutter_rate, 4), "reference_stutter": round(whole.reference_stutter_rate, 4)}
+    return {
+        "bleu": round(whole.bleu, 2),
+        "chrf": round(whole.chrf, 2),
+        "length_ratio": round(whole.length_ratio, 3),
+        "stutter": round(whole.stutter_rate, 4),
+        "reference_stutter": round(whole.reference_stutter_rate, 4),
+    }
 
 
 def stutter_within_bound(result: dict) -> bool:
@@ -65,17 +70,22 @@ def main() -> None:
     cfg = checkpoint.config
     src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
     paths = RunPaths.of(args.run)
-    sets = {"valid": read_parallel(paths.split_file("valid", src), paths.split_file("valid", tgt)),
-            "long valid": read_parallel(args.long / f"long-valid.{src}", args.long / f"long-valid.{tgt}")}
+    sets = {
+        "valid": read_parallel(paths.split_file("valid", src), paths.split_file("valid", tgt)),
+        "long valid": read_parallel(args.long / f"long-valid.{src}", args.long / f"long-valid.{tgt}"),
+    }
+
     def measure(penalty: float, ngram: int, no_stutter: bool, len_a: float) -> dict:
-        options = dataclasses.replace(cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram,
-                                      no_stutter=no_stutter, max_len_a=len_a, n_best=1)
+        options = dataclasses.replace(
+            cfg.decode, length_penalty=penalty, no_repeat_ngram=ngram, no_stutter=no_stutter, max_len_a=len_a, n_best=1
+        )
         row = {"length_penalty": penalty, "no_repeat_ngram": ngram, "no_stutter": no_stutter, "max_len_a": len_a}
         seconds = 0.0
         for name, (sources, references) in sets.items():
             start = time.perf_counter()
-            translations = translate_sentences(checkpoint.model, checkpoint.tokenizers, sources, options,
-                                               cfg.data.max_source_tokens, tgt)
+            translations = translate_sentences(
+                checkpoint.model, checkpoint.tokenizers, sources, options, cfg.data.max_source_tokens, tgt
+            )
             seconds += time.perf_counter() - start
             row[name] = score(sources, [t.texts[0] for t in translations], references, tgt)
         row["seconds"] = round(seconds, 2)
@@ -88,14 +98,21 @@ def main() -> None:
     # the first whose long-validation BLEU moves by at most MAX_LIMIT_EFFECT is chosen. One that
     # moves more is kept in length by the output limit, not by the model: its outputs run on to
     # wherever the limit is.
-    rows = [measure(penalty, ngram, no_stutter, cfg.decode.max_len_a)
-            for penalty, ngram, no_stutter in itertools.product(LENGTH_PENALTIES, NO_REPEAT_NGRAMS, NO_STUTTER)]
-    candidates = sorted((row for row in rows if all(stutter_within_bound(row[name]) for name in sets)),
-                        key=lambda row: -row["mean_bleu"])
+    rows = [
+        measure(penalty, ngram, no_stutter, cfg.decode.max_len_a)
+        for penalty, ngram, no_stutter in itertools.product(LENGTH_PENALTIES, NO_REPEAT_NGRAMS, NO_STUTTER)
+    ]
+    candidates = sorted(
+        (row for row in rows if all(stutter_within_bound(row[name]) for name in sets)),
+        key=lambda row: -row["mean_bleu"],
+    )
     chosen = None
     for candidate in candidates:
-        others = [measure(candidate["length_penalty"], candidate["no_repeat_ngram"], candidate["no_stutter"], len_a)
-                  for len_a in MAX_LEN_AS if len_a != cfg.decode.max_len_a]
+        others = [
+            measure(candidate["length_penalty"], candidate["no_repeat_ngram"], candidate["no_stutter"], len_a)
+            for len_a in MAX_LEN_AS
+            if len_a != cfg.decode.max_len_a
+        ]
         rows += others
         moved = max(abs(other["long valid"]["bleu"] - candidate["long valid"]["bleu"]) for other in others)
         candidate["limit_effect"] = round(moved, 2)
@@ -104,31 +121,53 @@ def main() -> None:
             break
     if chosen is None:
         raise SystemExit("no setting has its stutter within the bound and a length the output limit does not decide")
-    print(f"\n{args.run}, beam {cfg.decode.beam_size}; {len(sets['valid'][0])} validation and "
-          f"{len(sets['long valid'][0])} long validation pairs\n")
-    print("| length penalty | no_repeat_ngram | no_stutter | max_len_a | valid BLEU | ratio | stutter | long valid BLEU | "
-          "ratio | stutter (references) | mean BLEU |")
+    print(
+        f"\n{args.run}, beam {cfg.decode.beam_size}; {len(sets['valid'][0])} validation and "
+        f"{len(sets['long valid'][0])} long validation pairs\n"
+    )
+    print(
+        "| length penalty | no_repeat_ngram | no_stutter | max_len_a | valid BLEU | ratio | stutter "
+        "| long valid BLEU | "
+        "ratio | stutter (references) | mean BLEU |"
+    )
     print("|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         v, lv = row["valid"], row["long valid"]
         mark = " **chosen**" if row is chosen else ""
-        print(f"| {row['length_penalty']} | {row['no_repeat_ngram']} | {'yes' if row['no_stutter'] else 'no'} | "
-              f"{row['max_len_a']} | {v['bleu']:.2f} | "
-              f"{v['length_ratio']:.2f} | {v['stutter']:.1%} | {lv['bleu']:.2f} | {lv['length_ratio']:.2f} | "
-              f"{lv['stutter']:.1%} ({lv['reference_stutter']:.1%}) | {row['mean_bleu']:.2f}{mark} |")
+        print(
+            f"| {row['length_penalty']} | {row['no_repeat_ngram']} | {'yes' if row['no_stutter'] else 'no'} | "
+            f"{row['max_len_a']} | {v['bleu']:.2f} | "
+            f"{v['length_ratio']:.2f} | {v['stutter']:.1%} | {lv['bleu']:.2f} | {lv['length_ratio']:.2f} | "
+            f"{lv['stutter']:.1%} ({lv['reference_stutter']:.1%}) | {row['mean_bleu']:.2f}{mark} |"
+        )
     setting = lambda row: (row["length_penalty"], row["no_repeat_ngram"], row["max_len_a"])  # noqa: E731
     without = {setting(row): row["seconds"] for row in rows if not row["no_stutter"]}
     ratios = [row["seconds"] / without[setting(row)] for row in rows if row["no_stutter"] and setting(row) in without]
     stutter_cost = round(statistics.median(ratios), 3)
-    print(f"\ndecoding time with no_stutter / without: median {stutter_cost:.3f} over {len(ratios)} settings "
-          f"(range {min(ratios):.3f}-{max(ratios):.3f})")
+    print(
+        f"\ndecoding time with no_stutter / without: median {stutter_cost:.3f} over {len(ratios)} settings "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f})"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "chosen": chosen, "no_stutter_time_ratio": stutter_cost,
-                                         "run": str(args.run),
-                                         "beam_size": cfg.decode.beam_size, "threads": args.threads,
-                                         "torch": torch.__version__, "machine": platform.machine()},
-                                        indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "chosen": chosen,
+                    "no_stutter_time_ratio": stutter_cost,
+                    "run": str(args.run),
+                    "beam_size": cfg.decode.beam_size,
+                    "threads": args.threads,
+                    "torch": torch.__version__,
+                    "machine": platform.machine(),
+                },
+                indent=1,
+                ensure_ascii=False,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

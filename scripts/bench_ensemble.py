@@ -34,15 +34,25 @@ def measure(model, checkpoint, sources, references, beam: int, repeats: int) -> 
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
-        translations = translate_sentences(model, checkpoint.tokenizers, sources, options,
-                                           checkpoint.config.data.max_source_tokens, checkpoint.config.data.tgt_lang)
+        translations = translate_sentences(
+            model,
+            checkpoint.tokenizers,
+            sources,
+            options,
+            checkpoint.config.data.max_source_tokens,
+            checkpoint.config.data.tgt_lang,
+        )
         seconds.append(time.perf_counter() - started)
     hypotheses = [t.texts[0] for t in translations]
     tokens = sum(len(ids) + 1 for ids in checkpoint.tokenizers.target.encode(hypotheses))  # with each EOS
     bleu, chrf = score_translations(hypotheses, references, checkpoint.config.data.tgt_lang)
     median = statistics.median(seconds)
-    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), "seconds": round(median, 2),
-            "tokens_per_second": round(tokens / median)}
+    return {
+        "bleu": round(bleu.score, 2),
+        "chrf": round(chrf.score, 2),
+        "seconds": round(median, 2),
+        "tokens_per_second": round(tokens / median),
+    }
 
 
 def main() -> None:
@@ -59,8 +69,9 @@ def main() -> None:
     require_shared_tokenizers([(str(path), c.tokenizers) for path, c in zip(paths, checkpoints)])
     split = RunPaths.of(args.runs[0])
     cfg = checkpoints[0].config
-    sources, references = read_parallel(split.split_file("test", cfg.data.src_lang),
-                                        split.split_file("test", cfg.data.tgt_lang))
+    sources, references = read_parallel(
+        split.split_file("test", cfg.data.src_lang), split.split_file("test", cfg.data.tgt_lang)
+    )
     models = [(str(run), checkpoint.model) for run, checkpoint in zip(args.runs, checkpoints)]
     models.append((f"ensemble of {len(checkpoints)}", Ensemble([c.model for c in checkpoints])))
     results = []
@@ -76,15 +87,30 @@ def main() -> None:
     print("| model | " + " | ".join(f"beam {b}: BLEU | chrF | tokens/s" for b in beams) + " |")
     print("|---|" + "---:|---:|---:|" * len(beams))
     for row in results:
-        cells = " | ".join(f"{row[f'beam_{b}']['bleu']:.2f} | {row[f'beam_{b}']['chrf']:.2f} | "
-                           f"{row[f'beam_{b}']['tokens_per_second']:,}" for b in beams)
+        cells = " | ".join(
+            f"{row[f'beam_{b}']['bleu']:.2f} | {row[f'beam_{b}']['chrf']:.2f} | "
+            f"{row[f'beam_{b}']['tokens_per_second']:,}"
+            for b in beams
+        )
         print(f"| {row['model']} | {cells} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"results": results, "threads": args.threads, "repeats": args.repeats,
-                                         "checkpoints": [str(p) for p in paths], "sentences": len(sources),
-                                         "torch": torch.__version__, "machine": platform.machine()}, indent=2) + "\n",
-                             encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": results,
+                    "threads": args.threads,
+                    "repeats": args.repeats,
+                    "checkpoints": [str(p) for p in paths],
+                    "sentences": len(sources),
+                    "torch": torch.__version__,
+                    "machine": platform.machine(),
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

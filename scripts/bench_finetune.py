@@ -66,14 +66,46 @@ def main() -> None:
 
     started = time.perf_counter()
     if not (base / "checkpoints" / "best.pt").is_file():
-        attn("train", "--config", "en-zh.yaml", "--set", f"run_dir={base}", "--set", f"data.corpus.path={general}",
-             "--set", f"train.max_steps={args.base_steps}", "--set", "train.max_minutes=null")
+        attn(
+            "train",
+            "--config",
+            "en-zh.yaml",
+            "--set",
+            f"run_dir={base}",
+            "--set",
+            f"data.corpus.path={general}",
+            "--set",
+            f"train.max_steps={args.base_steps}",
+            "--set",
+            "train.max_minutes=null",
+        )
     base_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    attn("train", "--config", "en-zh.yaml", "--set", f"run_dir={fine}", "--set", f"data.corpus.path={questions}",
-         "--set", f"train.init_from={base}", "--set", "data.valid_size=200", "--set", "data.test_size=500",
-         "--set", f"train.max_steps={args.fine_steps}", "--set", "train.max_minutes=null",
-         "--set", f"train.lr={args.fine_lr}", "--set", "train.warmup_steps=50", "--set", "train.valid_every=50")
+    attn(
+        "train",
+        "--config",
+        "en-zh.yaml",
+        "--set",
+        f"run_dir={fine}",
+        "--set",
+        f"data.corpus.path={questions}",
+        "--set",
+        f"train.init_from={base}",
+        "--set",
+        "data.valid_size=200",
+        "--set",
+        "data.test_size=500",
+        "--set",
+        f"train.max_steps={args.fine_steps}",
+        "--set",
+        "train.max_minutes=null",
+        "--set",
+        f"train.lr={args.fine_lr}",
+        "--set",
+        "train.warmup_steps=50",
+        "--set",
+        "train.valid_every=50",
+    )
     fine_seconds = time.perf_counter() - started
 
     results = {}
@@ -81,21 +113,37 @@ def main() -> None:
         checkpoint = run / "checkpoints" / "best.pt"
         results[name] = {"questions": scores(checkpoint, fine), "general": scores(checkpoint, base)}
 
-    print(f"\n{question_count:,} question pairs (500 test, 200 validation, the rest to fine-tune on); "
-          f"{general_count:,} general pairs; base {args.base_steps:,} steps ({base_seconds / 60:.0f} min), "
-          f"fine-tuning {args.fine_steps} steps at lr {args.fine_lr} ({fine_seconds / 60:.1f} min)\n")
+    print(
+        f"\n{question_count:,} question pairs (500 test, 200 validation, the rest to fine-tune on); "
+        f"{general_count:,} general pairs; base {args.base_steps:,} steps ({base_seconds / 60:.0f} min), "
+        f"fine-tuning {args.fine_steps} steps at lr {args.fine_lr} ({fine_seconds / 60:.1f} min)\n"
+    )
     print("| model | questions BLEU | questions chrF | general BLEU | general chrF |")
     print("|---|---:|---:|---:|---:|")
     for name, found in results.items():
-        print(f"| {name} | {found['questions']['bleu']:.2f} | {found['questions']['chrf']:.2f} "
-              f"| {found['general']['bleu']:.2f} | {found['general']['chrf']:.2f} |")
+        print(
+            f"| {name} | {found['questions']['bleu']:.2f} | {found['questions']['chrf']:.2f} "
+            f"| {found['general']['bleu']:.2f} | {found['general']['chrf']:.2f} |"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"results": results, "base_steps": args.base_steps,
-                                         "fine_steps": args.fine_steps, "fine_lr": args.fine_lr,
-                                         "question_pairs": question_count, "general_pairs": general_count,
-                                         "base_seconds": round(base_seconds), "fine_seconds": round(fine_seconds)},
-                                        indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": results,
+                    "base_steps": args.base_steps,
+                    "fine_steps": args.fine_steps,
+                    "fine_lr": args.fine_lr,
+                    "question_pairs": question_count,
+                    "general_pairs": general_count,
+                    "base_seconds": round(base_seconds),
+                    "fine_seconds": round(fine_seconds),
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,14 @@ import time
 from pathlib import Path
 
 SCHEMES = ("sinusoidal", "learned", "relative", "rotary")
-SMALL = ["model.d_model=128", "model.ffn_dim=512", "model.num_heads=4", "data.max_source_tokens=24",
-         "train.max_minutes=null", "train.valid_bleu=false"]
+SMALL = [
+    "model.d_model=128",
+    "model.ffn_dim=512",
+    "model.num_heads=4",
+    "data.max_source_tokens=24",
+    "train.max_minutes=null",
+    "train.valid_bleu=false",
+]
 
 
 def train(scheme: str, workdir: Path, steps: int, cache: Path, joining: list[str], tokenizer: Path | None) -> float:
@@ -41,19 +47,37 @@ def train(scheme: str, workdir: Path, steps: int, cache: Path, joining: list[str
     first = tokenizer or workdir / SCHEMES[0] / "tokenizer"
     if (scheme != SCHEMES[0] or tokenizer) and first.is_dir() and not (run / "tokenizer").is_dir():
         shutil.copytree(first, run / "tokenizer")  # one tokenizer for all: the runs differ in positions alone
-    settings = [*SMALL, *joining, f"model.positions={scheme}", f"run_dir={run}", f"data.cache_dir={cache}",
-                f"train.max_steps={steps}", f"train.valid_every={steps}"]
+    settings = [
+        *SMALL,
+        *joining,
+        f"model.positions={scheme}",
+        f"run_dir={run}",
+        f"data.cache_dir={cache}",
+        f"train.max_steps={steps}",
+        f"train.valid_every={steps}",
+    ]
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "attn_cli", "train", "--config", "en-zh.yaml",
-                           *[part for setting in settings for part in ("--set", setting)]],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attn_cli",
+            "train",
+            "--config",
+            "en-zh.yaml",
+            *[part for setting in settings for part in ("--set", setting)],
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"training {scheme} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started
 
 
-def long_pairs(pairs: list[tuple[str, str]], count_tokens, low: int, high: int, count: int,
-               seed: int) -> list[tuple[str, str]]:
+def long_pairs(
+    pairs: list[tuple[str, str]], count_tokens, low: int, high: int, count: int, seed: int
+) -> list[tuple[str, str]]:
     """`count` pairs whose source has low..high tokens, each made of test pairs joined in a row."""
     rng = random.Random(seed)
     made = []
@@ -84,14 +108,24 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     cache = args.workdir / "prepared"
-    joining = [f"train.join.rate={args.join_rate}", f"train.join.max_tokens={args.join_max_tokens}",
-               f"train.join.max_pairs={args.join_max_pairs}"] if args.join_rate else []
+    joining = (
+        [
+            f"train.join.rate={args.join_rate}",
+            f"train.join.max_tokens={args.join_max_tokens}",
+            f"train.join.max_pairs={args.join_max_pairs}",
+        ]
+        if args.join_rate
+        else []
+    )
     if args.score_only:
-        earlier = json.loads(args.json.read_text(encoding="utf-8"))["results"] if args.json and args.json.is_file() else {}
+        earlier = (
+            json.loads(args.json.read_text(encoding="utf-8"))["results"] if args.json and args.json.is_file() else {}
+        )
         seconds = {scheme: earlier.get(scheme, {}).get("train_seconds") for scheme in args.schemes}
     else:
-        seconds = {scheme: train(scheme, args.workdir, args.steps, cache, joining, args.tokenizer)
-                   for scheme in args.schemes}
+        seconds = {
+            scheme: train(scheme, args.workdir, args.steps, cache, joining, args.tokenizer) for scheme in args.schemes
+        }
 
     import torch
 
@@ -105,34 +139,50 @@ def main() -> None:
     first = RunPaths.of(args.workdir / args.schemes[0])
     checkpoint = load_checkpoint(first.last_checkpoint)
     cfg = checkpoint.config
-    sources, references = read_parallel(first.split_file("test", cfg.data.src_lang),
-                                        first.split_file("test", cfg.data.tgt_lang))
+    sources, references = read_parallel(
+        first.split_file("test", cfg.data.src_lang), first.split_file("test", cfg.data.tgt_lang)
+    )
     test = list(zip(sources, references))
     count_tokens = lambda text: len(checkpoint.tokenizers.source.encode([text])[0])  # noqa: E731
-    sets = {"<= 24": [pair for pair in test if count_tokens(pair[0]) <= 24],
-            "25-40": long_pairs(test, count_tokens, 25, 40, args.long, seed=1),
-            "> 40": long_pairs(test, count_tokens, 41, 80, args.long, seed=2)}
+    sets = {
+        "<= 24": [pair for pair in test if count_tokens(pair[0]) <= 24],
+        "25-40": long_pairs(test, count_tokens, 25, 40, args.long, seed=1),
+        "> 40": long_pairs(test, count_tokens, 41, 80, args.long, seed=2),
+    }
 
     results = {}
     for scheme in args.schemes:
         model = load_checkpoint(RunPaths.of(args.workdir / scheme).last_checkpoint)
         # The same decoding for every run, whatever its config says: the runs differ in training alone.
-        options = dataclasses.replace(model.config.decode, n_best=1, length_penalty=args.length_penalty,
-                                      no_repeat_ngram=args.no_repeat_ngram)
+        options = dataclasses.replace(
+            model.config.decode, n_best=1, length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram
+        )
         results[scheme] = {"train_seconds": None if seconds[scheme] is None else round(seconds[scheme])}
         for name, pairs in sets.items():
-            translations = translate_sentences(model.model, model.tokenizers, [s for s, _ in pairs], options,
-                                               max_source_tokens=10_000, target_language=cfg.data.tgt_lang)
-            bleu, chrf = score_translations([t.texts[0] for t in translations], [r for _, r in pairs],
-                                            cfg.data.tgt_lang)
+            translations = translate_sentences(
+                model.model,
+                model.tokenizers,
+                [s for s, _ in pairs],
+                options,
+                max_source_tokens=10_000,
+                target_language=cfg.data.tgt_lang,
+            )
+            bleu, chrf = score_translations(
+                [t.texts[0] for t in translations], [r for _, r in pairs], cfg.data.tgt_lang
+            )
             results[scheme][name] = {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), "pairs": len(pairs)}
         print(scheme, results[scheme], flush=True)
 
-    print(f"\n{args.steps} updates each, model d_model 128 / ffn 512 / 3+3 layers, training pairs of at most 24 "
-          f"source tokens{'; ' + ', '.join(joining) if joining else ''}; BLEU (chrF) by source length, "
-          f"beam {cfg.decode.beam_size}, length penalty {args.length_penalty}, no_repeat_ngram {args.no_repeat_ngram}\n")
-    print("| positions | training time | " + " | ".join(f"{name} ({len(pairs)} pairs)" for name, pairs in sets.items())
-          + " |")
+    print(
+        f"\n{args.steps} updates each, model d_model 128 / ffn 512 / 3+3 layers, training pairs of at most 24 "
+        f"source tokens{'; ' + ', '.join(joining) if joining else ''}; BLEU (chrF) by source length, "
+        f"beam {cfg.decode.beam_size}, length penalty {args.length_penalty}, no_repeat_ngram {args.no_repeat_ngram}\n"
+    )
+    print(
+        "| positions | training time | "
+        + " | ".join(f"{name} ({len(pairs)} pairs)" for name, pairs in sets.items())
+        + " |"
+    )
     print("|---|---:|" + "---:|" * len(sets))
     for scheme, found in results.items():
         cells = " | ".join(f"{found[name]['bleu']:.2f} ({found[name]['chrf']:.1f})" for name in sets)
@@ -140,9 +190,21 @@ def main() -> None:
         print(f"| {scheme} | {minutes} | {cells} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"results": results, "steps": args.steps, "settings": SMALL + joining,
-                                         "length_penalty": args.length_penalty, "no_repeat_ngram": args.no_repeat_ngram,
-                                         "torch": torch.__version__}, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": results,
+                    "steps": args.steps,
+                    "settings": SMALL + joining,
+                    "length_penalty": args.length_penalty,
+                    "no_repeat_ngram": args.no_repeat_ngram,
+                    "torch": torch.__version__,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

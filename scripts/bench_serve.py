@@ -37,17 +37,24 @@ QUANTIZATIONS = ("float32", "int8")
 
 def attn_system(loaded):
     cfg = loaded.config
-    return lambda sentences, options: translate_sentences(loaded.model, loaded.tokenizers, sentences, options,
-                                                          cfg.model.max_positions - 1, cfg.data.tgt_lang)
+    return lambda sentences, options: translate_sentences(
+        loaded.model, loaded.tokenizers, sentences, options, cfg.model.max_positions - 1, cfg.data.tgt_lang
+    )
 
 
 def export_system(loaded, directory: Path, threads: int):
     """translate(sentences, options) with the export in `directory` on `threads` intra-op threads."""
     cfg = loaded.config
     exported = load_exported(directory, threads=threads)
-    return lambda sentences, options: translate_sentences(None, exported.tokenizers, sentences, options,
-                                                          cfg.model.max_positions - 1, cfg.data.tgt_lang,
-                                                          search=lambda src: exported.search(src, options))
+    return lambda sentences, options: translate_sentences(
+        None,
+        exported.tokenizers,
+        sentences,
+        options,
+        cfg.model.max_positions - 1,
+        cfg.data.tgt_lang,
+        search=lambda src: exported.search(src, options),
+    )
 
 
 def quality(systems: dict, sources: list[str], references: list[str], decode, language: str) -> dict:
@@ -55,8 +62,10 @@ def quality(systems: dict, sources: list[str], references: list[str], decode, la
     found = {}
     outputs = {}
     for name, translate in systems.items():
-        outputs[name] = {"beam": translate(sources, decode),
-                         "greedy": translate(sources, dataclasses.replace(decode, beam_size=1, n_best=1))}
+        outputs[name] = {
+            "beam": translate(sources, decode),
+            "greedy": translate(sources, dataclasses.replace(decode, beam_size=1, n_best=1)),
+        }
         bleu, chrf = score_translations([t.texts[0] for t in outputs[name]["beam"]], references, language)
         found[name] = {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
     for name in systems:
@@ -82,7 +91,9 @@ def timed(translate, sentences: list[str], options, mode: str, repeats: int) -> 
 CASES = [(beam, mode) for beam in (1, 5) for mode in ("one at a time", "batched")]
 
 
-def speed(loaded, directory: Path, sources: list[str], single: list[str], decode, threads: int, repeats: int) -> list[dict]:
+def speed(
+    loaded, directory: Path, sources: list[str], single: list[str], decode, threads: int, repeats: int
+) -> list[dict]:
     measured = {}  # (system, threads, beam, mode) -> (seconds, tokens, sentences)
     attn = attn_system(loaded)
     for beam, mode in CASES:
@@ -96,19 +107,36 @@ def speed(loaded, directory: Path, sources: list[str], single: list[str], decode
                 sentences = single if mode == "one at a time" else sources
                 options = dataclasses.replace(decode, beam_size=beam, n_best=1)
                 measured[(f"ct2 {quantization}", intra_threads, beam, mode)] = (
-                    *timed(translate, sentences, options, mode, repeats), len(sentences))
+                    *timed(translate, sentences, options, mode, repeats),
+                    len(sentences),
+                )
             del translate
             gc.collect()  # the translator and its threads go now, not at some later collection
     rows = []
     for (system, used_threads, beam, mode), (seconds, tokens, sentences) in measured.items():
         attn_seconds = measured[("attn", threads, beam, mode)][0]
-        rows.append({"search": "greedy" if beam == 1 else f"beam {beam}", "mode": mode, "system": system,
-                     "threads": used_threads, "sentences": sentences, "seconds": round(seconds, 3),
-                     "sentences_per_s": round(sentences / seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
-                     "speedup_vs_attn": round(attn_seconds / seconds, 2)})
+        rows.append(
+            {
+                "search": "greedy" if beam == 1 else f"beam {beam}",
+                "mode": mode,
+                "system": system,
+                "threads": used_threads,
+                "sentences": sentences,
+                "seconds": round(seconds, 3),
+                "sentences_per_s": round(sentences / seconds, 1),
+                "tokens_per_s": round(tokens / seconds, 1),
+                "speedup_vs_attn": round(attn_seconds / seconds, 2),
+            }
+        )
     order = {case: i for i, case in enumerate(CASES)}
-    rows.sort(key=lambda r: (order[(1 if r["search"] == "greedy" else 5, r["mode"])], r["system"] != "attn",
-                             r["system"], r["threads"]))
+    rows.sort(
+        key=lambda r: (
+            order[(1 if r["search"] == "greedy" else 5, r["mode"])],
+            r["system"] != "attn",
+            r["system"],
+            r["threads"],
+        )
+    )
     return rows
 
 
@@ -138,26 +166,49 @@ def main() -> None:
         gc.collect()
         rows = speed(loaded, directory, sources, sources[: args.single], cfg.decode, args.threads, args.repeats)
 
-    print(f"quality on {len(sources):,} test sentences (beam {cfg.decode.beam_size}, length penalty {cfg.decode.length_penalty}):")
+    print(
+        f"quality on {len(sources):,} test sentences (beam {cfg.decode.beam_size}, "
+        f"length penalty {cfg.decode.length_penalty}):"
+    )
     print(f"{'system':<14} {'BLEU':>6} {'chrF':>6} {'= attn greedy':>14} {'= attn beam':>12}")
     for name, found in scores.items():
-        print(f"{name:<14} {found['bleu']:>6.2f} {found['chrf']:>6.2f} {found['same_as_attn_greedy']:>14} "
-              f"{found['same_as_attn_beam']:>12}")
+        print(
+            f"{name:<14} {found['bleu']:>6.2f} {found['chrf']:>6.2f} {found['same_as_attn_greedy']:>14} "
+            f"{found['same_as_attn_beam']:>12}"
+        )
     print(f"\nspeed (median of {args.repeats}; attn on {args.threads} torch threads):")
     print(f"{'search':<7} {'mode':<14} {'system':<14} {'threads':>7} {'sent/s':>8} {'tok/s':>8} {'x attn':>7}")
     for row in rows:
-        print(f"{row['search']:<7} {row['mode']:<14} {row['system']:<14} {row['threads']:>7} "
-              f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>8.1f} {row['speedup_vs_attn']:>7.2f}")
+        print(
+            f"{row['search']:<7} {row['mode']:<14} {row['system']:<14} {row['threads']:>7} "
+            f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>8.1f} {row['speedup_vs_attn']:>7.2f}"
+        )
     if args.json:
         import ctranslate2
 
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "run": str(args.run), "sentences": len(sources), "decode": dataclasses.asdict(cfg.decode),
-            "threads": args.threads, "repeats": args.repeats, "quality": scores, "speed": rows,
-            "versions": {"torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
-                         "python": platform.python_version()}, "machine": platform.processor() or platform.machine(),
-        }, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "run": str(args.run),
+                    "sentences": len(sources),
+                    "decode": dataclasses.asdict(cfg.decode),
+                    "threads": args.threads,
+                    "repeats": args.repeats,
+                    "quality": scores,
+                    "speed": rows,
+                    "versions": {
+                        "torch": torch.__version__,
+                        "ctranslate2": ctranslate2.__version__,
+                        "python": platform.python_version(),
+                    },
+                    "machine": platform.processor() or platform.machine(),
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 import transformers
+from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 from transformers import MarianConfig, MarianMTModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,14 +66,17 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from attn_cli.config import load_config  # noqa: E402
 from attn_cli.data.batching import Example, collate, filter_by_length, token_batches  # noqa: E402
+from attn_cli.data.prepare import (  # noqa: E402
+    encode_pairs,  # noqa: E402
+    read_split,
+    train_or_load_tokenizers,
+)
 from attn_cli.model import Transformer, build_model  # noqa: E402
-from attn_cli.training.precision import Precision  # noqa: E402
-from attn_cli.data.prepare import read_split, train_or_load_tokenizers  # noqa: E402
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from attn_cli.data.prepare import encode_pairs  # noqa: E402
-from attn_cli.training.setup import inverse_sqrt_schedule  # noqa: E402
 from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
+from attn_cli.training.precision import Precision  # noqa: E402
+from attn_cli.training.setup import inverse_sqrt_schedule  # noqa: E402
 from attn_cli.training.step import TrainingObjective, TrainingStep, adamw  # noqa: E402
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 VOCAB = 8000
 SIZES = {
@@ -93,21 +96,42 @@ BETAS, WEIGHT_DECAY = (0.9, 0.999), 0.01
 
 def build_ours(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=dims["d_model"],
-                       num_heads=dims["num_heads"], ffn_dim=dims["ffn_dim"], encoder_layers=dims["layers"],
-                       decoder_layers=dims["layers"], dropout=dropout).train()
+    return Transformer(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=dims["d_model"],
+        num_heads=dims["num_heads"],
+        ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"],
+        dropout=dropout,
+    ).train()
 
 
 def build_marian(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> MarianMTModel:
     """A MarianMTModel set up like ours: ReLU, scaled embeddings, tied and shared embeddings, our
     special ids, dropout on sublayer outputs and embeddings only. It stays post-LN (ours is pre-LN)."""
     config = MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        d_model=dims["d_model"], encoder_attention_heads=dims["num_heads"], decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["ffn_dim"], decoder_ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"], decoder_layers=dims["layers"], max_position_embeddings=256,
-        activation_function="relu", scale_embedding=True, dropout=dropout, attention_dropout=0.0,
-        activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        d_model=dims["d_model"],
+        encoder_attention_heads=dims["num_heads"],
+        decoder_attention_heads=dims["num_heads"],
+        encoder_ffn_dim=dims["ffn_dim"],
+        decoder_ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"],
+        max_position_embeddings=256,
+        activation_function="relu",
+        scale_embedding=True,
+        dropout=dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
         forced_eos_token_id=None,  # Marian's default, 0, is our padding id
     )
     torch.manual_seed(0)
@@ -116,8 +140,12 @@ def build_marian(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> Ma
 
 def marian_loss(model: MarianMTModel, batch) -> torch.Tensor:
     """Transformers' logits, then our label-smoothed loss in fp32 (F.cross_entropy over the logits)."""
-    logits = model(input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
-                   decoder_attention_mask=batch.tgt_in != PAD_ID).logits
+    logits = model(
+        input_ids=batch.src,
+        attention_mask=batch.src != PAD_ID,
+        decoder_input_ids=batch.tgt_in,
+        decoder_attention_mask=batch.tgt_in != PAD_ID,
+    ).logits
     return label_smoothed_loss(logits, batch.tgt_out, LABEL_SMOOTHING)[0]
 
 
@@ -132,9 +160,17 @@ def ours_loss(model: Transformer, batch) -> torch.Tensor:
 def random_batches(count: int, rows: int, length: int, seed: int = 0) -> list:
     """Unpadded batches of random ids (EOS last): every position is a real token, so FLOPs per token are exact."""
     generator = torch.Generator().manual_seed(seed)
-    examples = lambda: [Example(i, torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist(),
-                                torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist())
-                        for i in range(rows)]
+
+    def examples():
+        return [
+            Example(
+                i,
+                torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist(),
+                torch.randint(4, VOCAB, (length - 1,), generator=generator).tolist(),
+            )
+            for i in range(rows)
+        ]
+
     return [collate(examples()) for _ in range(count)]
 
 
@@ -142,8 +178,12 @@ def step_flops(size: str, rows: int, source: int, target: int) -> float:
     """Training FLOPs of one step; see the module docstring for the formula."""
     dims = SIZES[size]
     d, f, layers = dims["d_model"], dims["ffn_dim"], dims["layers"]
-    linear = (rows * source * layers * (4 * d * d + 2 * d * f) + rows * target * layers * (6 * d * d + 2 * d * f)
-              + rows * source * layers * 2 * d * d + rows * target * d * VOCAB)
+    linear = (
+        rows * source * layers * (4 * d * d + 2 * d * f)
+        + rows * target * layers * (6 * d * d + 2 * d * f)
+        + rows * source * layers * 2 * d * d
+        + rows * target * d * VOCAB
+    )
     attention = rows * layers * 2 * d * (source * source + target * target + target * source)
     return 6.0 * (linear + attention)
 
@@ -159,8 +199,9 @@ def one_step(model: torch.nn.Module, loss_of, optimizer: torch.optim.Optimizer, 
     optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps_alternating(systems: dict, batches, precision: Precision, warmup: int, steps: int,
-                           page_faults: dict | None = None) -> dict:
+def time_steps_alternating(
+    systems: dict, batches, precision: Precision, warmup: int, steps: int, page_faults: dict | None = None
+) -> dict:
     """Seconds per step of each system: `warmup` untimed steps each, then `steps` rounds in which
     every system takes one timed step in turn, so that a slow spell of the shared machine falls on
     all of them rather than on one. `systems` maps a name to (model, loss_of). `page_faults`, when
@@ -216,38 +257,63 @@ def bench_step(args: argparse.Namespace) -> dict:
         batches = random_batches(4, rows, args.length)
         flops = step_flops(size, rows, args.length, args.length)
         for precision in args.precisions:
-            row = {"size": size, "precision": precision, "rows": rows, "length": args.length,
-                   "target_tokens_per_step": rows * args.length, "step_flops": flops}
+            row = {
+                "size": size,
+                "precision": precision,
+                "rows": rows,
+                "length": args.length,
+                "target_tokens_per_step": rows * args.length,
+                "step_flops": flops,
+            }
             systems = {"ours": (build_ours(SIZES[size]), ours_loss), "hf": (build_marian(SIZES[size]), marian_loss)}
             faults: dict[str, list[int]] = {}
-            timings = time_steps_alternating(systems, batches, Precision(precision, ""), args.warmup, args.steps, faults)
+            timings = time_steps_alternating(
+                systems, batches, Precision(precision, ""), args.warmup, args.steps, faults
+            )
             for name, (model, _) in systems.items():
                 seconds = statistics.median(timings[name])
-                row[name] = {"seconds_per_step": seconds, "target_tokens_per_second": rows * args.length / seconds,
-                             "flops_per_second": flops / seconds, "mfu": flops / seconds / peaks[precision],
-                             "parameters": sum(p.numel() for p in model.parameters()),
-                             "minor_page_faults_per_step": statistics.median(faults[name])}
-                print(f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
-                      flush=True)
+                row[name] = {
+                    "seconds_per_step": seconds,
+                    "target_tokens_per_second": rows * args.length / seconds,
+                    "flops_per_second": flops / seconds,
+                    "mfu": flops / seconds / peaks[precision],
+                    "parameters": sum(p.numel() for p in model.parameters()),
+                    "minor_page_faults_per_step": statistics.median(faults[name]),
+                }
+                print(
+                    f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
+                    flush=True,
+                )
             del systems
             row["ours_over_hf"] = row["ours"]["target_tokens_per_second"] / row["hf"]["target_tokens_per_second"]
             rows_out.append(row)
-    print(f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, ours and HF alternating step by step, {args.threads} threads, "
-          f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster")
+    print(
+        f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, ours and HF alternating step by step, "
+        f"{args.threads} threads, "
+        f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster"
+    )
     print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
-    print(f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
-          f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7} {'ours faults':>12} {'HF faults':>10}")
+    print(
+        f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
+        f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7} {'ours faults':>12} {'HF faults':>10}"
+    )
     for row in rows_out:
         ours, hf = row["ours"], row["hf"]
-        print(f"{row['size']:<6} {row['precision']:<5} {ours['target_tokens_per_second']:>11,.0f} "
-              f"{hf['target_tokens_per_second']:>10,.0f} {row['ours_over_hf']:>7.2f}x "
-              f"{ours['flops_per_second'] / 1e9:>13,.1f} {hf['flops_per_second'] / 1e9:>11,.1f} "
-              f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%} {ours['minor_page_faults_per_step']:>12,.0f} "
-              f"{hf['minor_page_faults_per_step']:>10,.0f}")
+        print(
+            f"{row['size']:<6} {row['precision']:<5} {ours['target_tokens_per_second']:>11,.0f} "
+            f"{hf['target_tokens_per_second']:>10,.0f} {row['ours_over_hf']:>7.2f}x "
+            f"{ours['flops_per_second'] / 1e9:>13,.1f} {hf['flops_per_second'] / 1e9:>11,.1f} "
+            f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%} {ours['minor_page_faults_per_step']:>12,.0f} "
+            f"{hf['minor_page_faults_per_step']:>10,.0f}"
+        )
     if args.tune_malloc:
         print("glibc malloc tuned (--tune-malloc): mmap and trim thresholds raised")
-    return {"matmul_peak_flops_per_second": peaks, "malloc_tuned": args.tune_malloc, "results": rows_out,
-            "flops_formula": "6 * (linear + attention), see scripts/bench_train.py"}
+    return {
+        "matmul_peak_flops_per_second": peaks,
+        "malloc_tuned": args.tune_malloc,
+        "results": rows_out,
+        "flops_formula": "6 * (linear + attention), see scripts/bench_train.py",
+    }
 
 
 # --- part 2: one epoch of Tatoeba
@@ -265,8 +331,9 @@ def tatoeba_examples(args: argparse.Namespace):
         examples = encode_pairs(list(split.train_pairs()), tokenizers)
     finally:
         os.chdir(cwd)
-    examples, _ = filter_by_length(examples, cfg.data.max_source_tokens, cfg.data.max_target_tokens,
-                                   cfg.data.max_length_ratio)
+    examples, _ = filter_by_length(
+        examples, cfg.data.max_source_tokens, cfg.data.max_target_tokens, cfg.data.max_length_ratio
+    )
     return cfg, examples, tokenizers.source.vocab_size
 
 
@@ -278,8 +345,16 @@ def ours_epoch(cfg, examples: list[Example], vocab: int, fraction: float) -> dic
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(cfg.train.warmup_steps))
     precision = Precision("bf16", "")
     cpu = torch.device("cpu")
-    update = TrainingStep(model, TrainingObjective(model, cfg.train.label_smoothing), optimizer, scheduler,
-                          precision.grad_scaler(cpu), precision, cpu, cfg.train.clip_norm)
+    update = TrainingStep(
+        model,
+        TrainingObjective(model, cfg.train.label_smoothing),
+        optimizer,
+        scheduler,
+        precision.grad_scaler(cpu),
+        precision,
+        cpu,
+        cfg.train.clip_norm,
+    )
     batches = token_batches(examples, cfg.train.max_tokens, shuffle=True, seed=cfg.train.seed, epoch=1)
     batches = batches[: max(1, math.ceil(fraction * len(batches)))]
     tokens = 0
@@ -289,8 +364,13 @@ def ours_epoch(cfg, examples: list[Example], vocab: int, fraction: float) -> dic
         update([batch])
         tokens += batch.num_source_tokens + batch.num_target_tokens
     seconds = time.perf_counter() - started
-    return {"batches": len(batches), "tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds,
-            "batching": f"token budget train.max_tokens={cfg.train.max_tokens}, length-bucketed"}
+    return {
+        "batches": len(batches),
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_second": tokens / seconds,
+        "batching": f"token budget train.max_tokens={cfg.train.max_tokens}, length-bucketed",
+    }
 
 
 class _CountingCollator:
@@ -311,8 +391,12 @@ class _CountingCollator:
             input_ids[row, : len(feature["input_ids"])] = torch.tensor(feature["input_ids"])
             labels[row, : len(feature["labels"])] = torch.tensor(feature["labels"])
             self.tokens += len(feature["input_ids"]) + len(feature["labels"])
-        return {"input_ids": input_ids, "attention_mask": input_ids != PAD_ID, "labels": labels,
-                "decoder_input_ids": self.model.prepare_decoder_input_ids_from_labels(labels=labels)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": input_ids != PAD_ID,
+            "labels": labels,
+            "decoder_input_ids": self.model.prepare_decoder_input_ids_from_labels(labels=labels),
+        }
 
 
 def _group_by_length() -> dict:
@@ -330,48 +414,82 @@ def hf_epoch(cfg, examples: list[Example], vocab: int, fraction: float, workdir:
     from datasets import Dataset
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-    dims = {"d_model": cfg.model.d_model, "num_heads": cfg.model.num_heads, "ffn_dim": cfg.model.ffn_dim,
-            "layers": cfg.model.encoder_layers}
+    dims = {
+        "d_model": cfg.model.d_model,
+        "num_heads": cfg.model.num_heads,
+        "ffn_dim": cfg.model.ffn_dim,
+        "layers": cfg.model.encoder_layers,
+    }
     model = build_marian(dims, dropout=cfg.model.dropout, vocab=vocab)
-    dataset = Dataset.from_dict({"input_ids": [e.src + [EOS_ID] for e in examples],
-                                 "labels": [e.tgt + [EOS_ID] for e in examples]})
+    dataset = Dataset.from_dict(
+        {"input_ids": [e.src + [EOS_ID] for e in examples], "labels": [e.tgt + [EOS_ID] for e in examples]}
+    )
     batch_size = 64
     steps = max(1, math.ceil(fraction * math.ceil(len(examples) / batch_size)))
     arguments = Seq2SeqTrainingArguments(
-        output_dir=str(workdir / "hf"), per_device_train_batch_size=batch_size, **_group_by_length(), bf16=True,
-        use_cpu=True, max_steps=steps, learning_rate=cfg.train.lr, warmup_steps=cfg.train.warmup_steps,
-        label_smoothing_factor=cfg.train.label_smoothing, max_grad_norm=cfg.train.clip_norm,
-        eval_strategy="no", save_strategy="no", dataloader_num_workers=0, report_to="none",
-        logging_strategy="no", disable_tqdm=True, seed=cfg.train.seed)
+        output_dir=str(workdir / "hf"),
+        per_device_train_batch_size=batch_size,
+        **_group_by_length(),
+        bf16=True,
+        use_cpu=True,
+        max_steps=steps,
+        learning_rate=cfg.train.lr,
+        warmup_steps=cfg.train.warmup_steps,
+        label_smoothing_factor=cfg.train.label_smoothing,
+        max_grad_norm=cfg.train.clip_norm,
+        eval_strategy="no",
+        save_strategy="no",
+        dataloader_num_workers=0,
+        report_to="none",
+        logging_strategy="no",
+        disable_tqdm=True,
+        seed=cfg.train.seed,
+    )
     collator = _CountingCollator(model)
     trainer = Seq2SeqTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator)
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
-    return {"batches": steps, "tokens": collator.tokens, "seconds": seconds,
-            "tokens_per_second": collator.tokens / seconds,
-            "batching": f"{batch_size} sentences, group_by_length"}
+    return {
+        "batches": steps,
+        "tokens": collator.tokens,
+        "seconds": seconds,
+        "tokens_per_second": collator.tokens / seconds,
+        "batching": f"{batch_size} sentences, group_by_length",
+    }
 
 
 def bench_epoch(args: argparse.Namespace) -> dict:
     cfg, examples, vocab = tatoeba_examples(args)
     with tempfile.TemporaryDirectory() as workdir:
-        results = {"ours": ours_epoch(cfg, examples, vocab, args.epoch_fraction),
-                   "hf": hf_epoch(cfg, examples, vocab, args.epoch_fraction, Path(workdir))}
+        results = {
+            "ours": ours_epoch(cfg, examples, vocab, args.epoch_fraction),
+            "hf": hf_epoch(cfg, examples, vocab, args.epoch_fraction, Path(workdir)),
+        }
     total_tokens = sum(len(e.src) + len(e.tgt) + 2 for e in examples)
     for result in results.values():
         result["projected_epoch_seconds"] = total_tokens / result["tokens_per_second"]
-    print(f"\none epoch of Tatoeba ({len(examples):,} pairs, {total_tokens:,} real tokens, model "
-          f"d{cfg.model.d_model} {cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers, bf16, dropout "
-          f"{cfg.model.dropout}), {args.epoch_fraction:.1%} of it run, epoch time projected; real tokens = source + target, no padding")
+    print(
+        f"\none epoch of Tatoeba ({len(examples):,} pairs, {total_tokens:,} real tokens, model "
+        f"d{cfg.model.d_model} {cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers, bf16, dropout "
+        f"{cfg.model.dropout}), {args.epoch_fraction:.1%} of it run, epoch time projected; "
+        "real tokens = source + target, no padding"
+    )
     print(f"{'system':<7} {'batching':<52} {'batches':>8} {'tok/s':>9} {'epoch s':>9}")
     for name, result in results.items():
-        print(f"{name:<7} {result['batching']:<52} {result['batches']:>8,} {result['tokens_per_second']:>9,.0f} "
-              f"{result['projected_epoch_seconds']:>9,.0f}")
+        print(
+            f"{name:<7} {result['batching']:<52} {result['batches']:>8,} {result['tokens_per_second']:>9,.0f} "
+            f"{result['projected_epoch_seconds']:>9,.0f}"
+        )
     ratio = results["ours"]["tokens_per_second"] / results["hf"]["tokens_per_second"]
     print(f"ours/HF: {ratio:.2f}x")
-    return {"pairs": len(examples), "real_tokens": total_tokens, "fraction": args.epoch_fraction,
-            "results": results, "ours_over_hf": ratio}
+    return {
+        "pairs": len(examples),
+        "real_tokens": total_tokens,
+        "fraction": args.epoch_fraction,
+        "results": results,
+        "ours_over_hf": ratio,
+    }
 
 
 # --- part 3: memory with and without gradient checkpointing
@@ -406,8 +524,11 @@ def live_tensor_peak_bytes(step) -> int:
     keeps after a free or loses to fragmentation."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profiler:
         step()
-    changes = sorted((event.start_ns(), event.nbytes()) for event in profiler.profiler.kineto_results.events()
-                     if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU)
+    changes = sorted(
+        (event.start_ns(), event.nbytes())
+        for event in profiler.profiler.kineto_results.events()
+        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU
+    )
     live = peak = 0
     for _, change in changes:
         live += change
@@ -435,47 +556,84 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
         seconds.append(time.perf_counter() - started)
     steady_peak_kib = peak_resident_kib()
     steady_mib = (steady_peak_kib - steady_from_kib) / 1024 if steps > 1 and steady_from_kib >= 0 else None
-    live_mib = live_tensor_peak_bytes(lambda: one_step(model, ours_loss, optimizer, batch, Precision(precision, ""))) / 2**20
-    print(json.dumps({"setup_mib": setup_kib / 1024, "peak_mib": max(peak_kib, steady_peak_kib) / 1024,
-                      "steady_step_mib": steady_mib, "live_tensor_step_mib": live_mib,
-                      "first_step_seconds": seconds[0],
-                      "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]}))
+    live_mib = (
+        live_tensor_peak_bytes(lambda: one_step(model, ours_loss, optimizer, batch, Precision(precision, ""))) / 2**20
+    )
+    print(
+        json.dumps(
+            {
+                "setup_mib": setup_kib / 1024,
+                "peak_mib": max(peak_kib, steady_peak_kib) / 1024,
+                "steady_step_mib": steady_mib,
+                "live_tensor_step_mib": live_mib,
+                "first_step_seconds": seconds[0],
+                "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0],
+            }
+        )
+    )
 
 
 def bench_memory(args: argparse.Namespace) -> dict:
     rows_out = []
     for precision in args.precisions:
         for checkpointing in (False, True):
-            command = [sys.executable, __file__, "--memory-child", args.memory_size, precision,
-                       "1" if checkpointing else "0", "--memory-steps", str(args.memory_steps),
-                       "--length", str(args.length), "--threads", str(args.threads)]
+            command = [
+                sys.executable,
+                __file__,
+                "--memory-child",
+                args.memory_size,
+                precision,
+                "1" if checkpointing else "0",
+                "--memory-steps",
+                str(args.memory_steps),
+                "--length",
+                str(args.length),
+                "--threads",
+                str(args.threads),
+            ]
             if args.target_tokens:
                 command += ["--target-tokens", str(args.target_tokens)]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            row = {"size": args.memory_size, "precision": precision, "gradient_checkpointing": checkpointing,
-                   **json.loads(output.strip().splitlines()[-1])}
+            row = {
+                "size": args.memory_size,
+                "precision": precision,
+                "gradient_checkpointing": checkpointing,
+                **json.loads(output.strip().splitlines()[-1]),
+            }
             row["step_mib"] = row["peak_mib"] - row["setup_mib"]
             rows_out.append(row)
             print(f"  memory {precision} checkpointing={checkpointing}: peak {row['peak_mib']:,.0f} MiB", flush=True)
-    print(f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
-          f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
-          f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)")
-    print(f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} "
-          f"{'tensors MiB':>12} {'s/step':>7}")
+    print(
+        f"\nmemory of {args.memory_steps} training steps, {args.memory_size} size, "
+        f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
+        f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)"
+    )
+    print(
+        f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} "
+        f"{'tensors MiB':>12} {'s/step':>7}"
+    )
     for row in rows_out:
         steady = row["steady_step_mib"]
-        print(f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
-              f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} "
-              f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['live_tensor_step_mib']:>12,.0f} "
-              f"{row['step_seconds']:>7.2f}")
-    print("steady: a later step's resident peak above its start; tensors: the live-tensor peak of one more step above its start")
-    return {"measure": "peak resident memory (VmHWM) of a fresh process: after building model, batch and optimizer (setup), and "
-                       "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state); "
-                       "steady_step_mib = the peak of the steps after the first above the resident memory "
-                       "they start from, after freed memory is returned (activations and transients); "
-                       "live_tensor_step_mib = the peak of live tensor bytes during one more step above those "
-                       "live before it (torch.profiler's allocation records)",
-            "results": rows_out}
+        print(
+            f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
+            f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} "
+            f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['live_tensor_step_mib']:>12,.0f} "
+            f"{row['step_seconds']:>7.2f}"
+        )
+    print(
+        "steady: a later step's resident peak above its start; "
+        "tensors: the live-tensor peak of one more step above its start"
+    )
+    return {
+        "measure": "peak resident memory (VmHWM) of a fresh process: "
+        "after building model, batch and optimizer (setup), and "
+        "after the steps (peak); step_mib = peak - setup (activations, gradients, AdamW state); "
+        "steady_step_mib = the peak of the steps after the first above the resident memory "
+        "they start from, after freed memory is returned (activations and transients); "
+        "live_tensor_step_mib = the peak of live tensor bytes during one more step above those "
+        "live before it (torch.profiler's allocation records)",
+        "results": rows_out,
+    }
 
 
 # --- part 4: the loss alone
@@ -484,8 +642,10 @@ def bench_memory(args: argparse.Namespace) -> dict:
 def bench_loss(args: argparse.Namespace) -> dict:
     """Forward and backward of the label-smoothed loss from (tokens, d_model) hidden states and the
     (V, d_model) output matrix, median of --steps after --warmup, the two ways taking turns."""
-    ways = {"logits": lambda h, w, y: label_smoothed_loss(h @ w.t(), y, LABEL_SMOOTHING)[0],
-            "projected": lambda h, w, y: projected_label_smoothed_loss(h, w, y, LABEL_SMOOTHING)}
+    ways = {
+        "logits": lambda h, w, y: label_smoothed_loss(h @ w.t(), y, LABEL_SMOOTHING)[0],
+        "projected": lambda h, w, y: projected_label_smoothed_loss(h, w, y, LABEL_SMOOTHING),
+    }
     rows_out = []
     for size, precision in itertools.product(args.sizes, args.precisions):
         tokens = args.target_tokens or SIZES[size]["target_tokens"]
@@ -503,16 +663,25 @@ def bench_loss(args: argparse.Namespace) -> dict:
                 loss.backward()
                 if index >= args.warmup:
                     seconds[name].append(time.perf_counter() - started)
-        row = {"size": size, "precision": precision, "tokens": tokens, "vocab": VOCAB,
-               **{name: statistics.median(times) for name, times in seconds.items()}}
+        row = {
+            "size": size,
+            "precision": precision,
+            "tokens": tokens,
+            "vocab": VOCAB,
+            **{name: statistics.median(times) for name, times in seconds.items()},
+        }
         row["logits_over_projected"] = row["logits"] / row["projected"]
         rows_out.append(row)
-    print(f"\nloss forward + backward, median of {args.steps} after {args.warmup} warm-up, alternating, "
-          f"vocabulary {VOCAB}, {args.threads} threads")
+    print(
+        f"\nloss forward + backward, median of {args.steps} after {args.warmup} warm-up, alternating, "
+        f"vocabulary {VOCAB}, {args.threads} threads"
+    )
     print(f"{'size':<6} {'prec':<5} {'tokens':>7} {'logits s':>9} {'projected s':>12} {'speed-up':>9}")
     for row in rows_out:
-        print(f"{row['size']:<6} {row['precision']:<5} {row['tokens']:>7,} {row['logits']:>9.3f} "
-              f"{row['projected']:>12.3f} {row['logits_over_projected']:>8.2f}x")
+        print(
+            f"{row['size']:<6} {row['precision']:<5} {row['tokens']:>7,} {row['logits']:>9.3f} "
+            f"{row['projected']:>12.3f} {row['logits_over_projected']:>8.2f}x"
+        )
     return {"results": rows_out}
 
 
@@ -532,9 +701,13 @@ def profile_step(args: argparse.Namespace) -> None:
     events = profiler.key_averages()
     print(events.table(sort_by="self_cpu_time_total", row_limit=15))
     total = sum(event.self_cpu_time_total for event in events)
-    matmul = sum(event.self_cpu_time_total for event in events if event.key in ("aten::mm", "aten::addmm", "aten::addmm_"))
-    print(f"{size} {precision}: matrix products {matmul / 1e6 / 3:.2f} s of {total / 1e6 / 3:.2f} s per step "
-          f"({matmul / total:.0%}), self CPU time under the profiler")
+    matmul = sum(
+        event.self_cpu_time_total for event in events if event.key in ("aten::mm", "aten::addmm", "aten::addmm_")
+    )
+    print(
+        f"{size} {precision}: matrix products {matmul / 1e6 / 3:.2f} s of {total / 1e6 / 3:.2f} s per step "
+        f"({matmul / total:.0%}), self CPU time under the profiler"
+    )
 
 
 # --- report
@@ -542,28 +715,48 @@ def profile_step(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", choices=["step", "epoch", "memory", "loss"],
-                        default=["step", "epoch", "memory", "loss"])
+    parser.add_argument(
+        "--parts", nargs="+", choices=["step", "epoch", "memory", "loss"], default=["step", "epoch", "memory", "loss"]
+    )
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--length", type=int, default=32, help="source and target tokens per random sentence, EOS included")
+    parser.add_argument(
+        "--length", type=int, default=32, help="source and target tokens per random sentence, EOS included"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--target-tokens", type=int, help="target tokens per random batch (default: 4096 small, "
-                                                           "2048 base); small values make a smoke test")
+    parser.add_argument(
+        "--target-tokens",
+        type=int,
+        help="target tokens per random batch (default: 4096 small, 2048 base); small values make a smoke test",
+    )
     parser.add_argument("--epoch-fraction", type=float, default=1.0, help="run this share of the epoch (0 < x <= 1)")
-    parser.add_argument("--tokenizer-dir", default=str(REPO / "bench_results" / "tatoeba-tokenizer"),
-                        help="where the en-zh tokenizer is trained once and reused")
+    parser.add_argument(
+        "--tokenizer-dir",
+        default=str(REPO / "bench_results" / "tatoeba-tokenizer"),
+        help="where the en-zh tokenizer is trained once and reused",
+    )
     parser.add_argument("--memory-size", choices=list(SIZES), default="base")
-    parser.add_argument("--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)")
-    parser.add_argument("--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)"
+    )
+    parser.add_argument(
+        "--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--json", default=str(REPO / "bench_results" / "train.json"))
-    parser.add_argument("--tune-malloc", action="store_true",
-                        help="raise glibc's mmap and trim thresholds first, so that no system pays page faults "
-                             "for memory the allocator maps and returns every step (the step part counts them)")
-    parser.add_argument("--profile", nargs=2, metavar=("SIZE", "PRECISION"),
-                        help="only profile 3 of our training steps, e.g. --profile base fp32")
+    parser.add_argument(
+        "--tune-malloc",
+        action="store_true",
+        help="raise glibc's mmap and trim thresholds first, so that no system pays page faults "
+        "for memory the allocator maps and returns every step (the step part counts them)",
+    )
+    parser.add_argument(
+        "--profile",
+        nargs=2,
+        metavar=("SIZE", "PRECISION"),
+        help="only profile 3 of our training steps, e.g. --profile base fp32",
+    )
     args = parser.parse_args()
     if not 0 < args.epoch_fraction <= 1:
         parser.error("--epoch-fraction must be in (0, 1]")
@@ -580,14 +773,23 @@ def main() -> None:
         return
     if args.memory_child:
         size, precision, checkpointing = args.memory_child
-        memory_child(size, precision, checkpointing == "1", args.memory_steps, args.length,
-                     args.target_tokens or SIZES[size]["target_tokens"])
+        memory_child(
+            size,
+            precision,
+            checkpointing == "1",
+            args.memory_steps,
+            args.length,
+            args.target_tokens or SIZES[size]["target_tokens"],
+        )
         return
 
-    report = {"benchmark": "training speed and memory: ours vs Transformers MarianMTModel / Seq2SeqTrainer",
-              "machine": machine_info(), "threads": args.threads,
-              "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-              "arguments": {k: v for k, v in vars(args).items() if k != "memory_child"}}
+    report = {
+        "benchmark": "training speed and memory: ours vs Transformers MarianMTModel / Seq2SeqTrainer",
+        "machine": machine_info(),
+        "threads": args.threads,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "arguments": {k: v for k, v in vars(args).items() if k != "memory_child"},
+    }
     if "step" in args.parts:
         report["step"] = bench_step(args)
     if "epoch" in args.parts:

@@ -77,20 +77,29 @@ def main() -> None:
         if overlap:
             raise SystemExit(f"{len(overlap)} held-out {name} sources are also training sources, e.g. {overlap[0]!r}")
         groups, natural = long_groups(held_out, args.seed)
-        made = [(source_separator.join(s for s, _ in group), target_separator.join(t for _, t in group))
-                for group in groups]
+        made = [
+            (source_separator.join(s for s, _ in group), target_separator.join(t for _, t in group)) for group in groups
+        ]
         for side, lang in ((0, cfg.data.src_lang), (1, cfg.data.tgt_lang)):
             (args.out / f"long-{name}.{lang}").write_text("".join(pair[side] + "\n" for pair in made), encoding="utf-8")
         credits = attributions(cfg.data.corpus.path)  # CC-BY: each line keeps the credit of its sentences
         (args.out / f"long-{name}.attribution").write_text(
             "".join(" + ".join(credits.get((s.strip(), t.strip()), "?") for s, t in group) + "\n" for group in groups),
-            encoding="utf-8")
+            encoding="utf-8",
+        )
         lengths = sorted(words(source) for source, _ in made)
-        summary[name] = {"pairs": len(made), "single_sentences": natural, "joined": len(made) - natural,
-                         "held_out_pairs": len(held_out), "median_words": lengths[len(lengths) // 2],
-                         "max_words": lengths[-1]}
-        print(f"{name}: {len(made)} pairs ({natural} held-out sentences of more than {LONG_WORDS} words, "
-              f"{len(made) - natural} joined), median {lengths[len(lengths) // 2]} words, longest {lengths[-1]}")
+        summary[name] = {
+            "pairs": len(made),
+            "single_sentences": natural,
+            "joined": len(made) - natural,
+            "held_out_pairs": len(held_out),
+            "median_words": lengths[len(lengths) // 2],
+            "max_words": lengths[-1],
+        }
+        print(
+            f"{name}: {len(made)} pairs ({natural} held-out sentences of more than {LONG_WORDS} words, "
+            f"{len(made) - natural} joined), median {lengths[len(lengths) // 2]} words, longest {lengths[-1]}"
+        )
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 

@@ -3,11 +3,12 @@
 Each trial trains the built-in tiny config into a fresh run directory and kills it with SIGKILL at a
 random moment: at a time drawn uniformly from the start of an unbroken reference run (setup
 included) to the end of its last save, or, every third trial, while a checkpoint file of a randomly
-chosen validation is being saved (the moment its temporary file appears). After the kill it checks that every checkpoint loads,
-every metrics line parses and no checkpoint lacks the metrics line of its step; then it continues the
-run (`attn train --resume`, or a new `attn train` into the same directory when no last.pt was
-published yet) and checks that the finished run equals the reference bitwise: every checkpoint's
-weights, last.pt's optimizer, schedule and random states, and every metrics line but its time.
+chosen validation is being saved (the moment its temporary file appears). After the kill it checks
+that every checkpoint loads, every metrics line parses and no checkpoint lacks the metrics line of
+its step; then it continues the run (`attn train --resume`, or a new `attn train` into the same
+directory when no last.pt was published yet) and checks that the finished run equals the reference
+bitwise: every checkpoint's weights, last.pt's optimizer, schedule and random states, and every
+metrics line but its time.
 
 The other parts:
 - planted: a checkpoint holding a pickled object that would touch a marker file when unpickled (the
@@ -61,8 +62,13 @@ from attn_cli.training.checkpoint import Checkpoint, load_checkpoint  # noqa: E4
 # best.pt, step-N.pt, the oldest of the kept step checkpoints pruned), and no BLEU (decoding with an
 # untrained model takes seconds per validation and checks nothing more here). One thread: two
 # processes with two threads each on two shared cores run many times slower than with one.
-RUN_SETTINGS = ["model.dropout=0.1", "train.valid_every=10", "train.keep_last=3", "train.valid_bleu=false",
-                "train.threads=1"]
+RUN_SETTINGS = [
+    "model.dropout=0.1",
+    "train.valid_every=10",
+    "train.keep_last=3",
+    "train.valid_bleu=false",
+    "train.threads=1",
+]
 PARTS = ("trials", "planted", "concurrent", "disk-full")
 COMMAND_TIMEOUT = 600  # seconds; a command that hangs this long has failed
 POLL_SECONDS = 0.0002  # how often a save is looked for; a save of the tiny model takes milliseconds
@@ -73,9 +79,11 @@ TEMPORARY = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")  # checkpoint.save_checkpo
 
 # -- running attn ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Finished:
     """What one attn command did."""
+
     args: list[str]
     pid: int
     returncode: int
@@ -128,8 +136,14 @@ class AttnProcess:
         environment = dict(os.environ, PYTHONPATH=search_path)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.started = time.monotonic()
-            self.process = subprocess.Popen([sys.executable, "-m", "attn_cli", *args], cwd=logs, env=environment,
-                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "attn_cli", *args],
+                cwd=logs,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
 
     @property
     def pid(self) -> int:
@@ -157,8 +171,15 @@ class AttnProcess:
             timed_out = self.kill()
         seconds = self.seconds()
         stdout = "" if self.stdout_path.is_char_device() else self.stdout_path.read_text(errors="replace")
-        return Finished(self.args, self.pid, self.process.returncode, stdout,
-                        self.stderr_path.read_text(errors="replace"), seconds, timed_out)
+        return Finished(
+            self.args,
+            self.pid,
+            self.process.returncode,
+            stdout,
+            self.stderr_path.read_text(errors="replace"),
+            seconds,
+            timed_out,
+        )
 
 
 def run_attn(args: list[str], logs: Path, name: str, stdout: Optional[Path] = None) -> Finished:
@@ -172,9 +193,11 @@ def train_args(run_dir: Path, steps: int) -> list[str]:
 
 # -- what a run directory holds -------------------------------------------------------------------
 
+
 @dataclass
 class RunState:
     """A run directory as the next command would find it."""
+
     checkpoints: dict[str, Checkpoint]  # file name -> the loaded checkpoint
     unloadable: list[str]  # "NAME: why"
     metrics: list[dict]  # the lines of metrics.jsonl that parse
@@ -208,8 +231,12 @@ def inspect_run(run_dir: Path) -> RunState:
             metrics.append(parsed)
         except (ValueError, AttributeError):
             unparseable.append(f"line {number}: {line[:60]!r}")
-    temporaries = [str(path.relative_to(run_dir)) for folder in (checkpoint_dir, run_dir / "tokenizer")
-                   if folder.is_dir() for path in folder.glob(".*.tmp")]
+    temporaries = [
+        str(path.relative_to(run_dir))
+        for folder in (checkpoint_dir, run_dir / "tokenizer")
+        if folder.is_dir()
+        for path in folder.glob(".*.tmp")
+    ]
     return RunState(checkpoints, unloadable, metrics, unparseable, sorted(temporaries))
 
 
@@ -231,13 +258,22 @@ def without_time(metrics: dict) -> dict:
 
 # What must repeat exactly in last.pt besides the weights; the training time and the best metrics
 # (which hold the time of their validation) may differ.
-RESUME_STATE = ("optimizer", "scheduler", "grad_scaler", "rng_by_rank", "batches_done", "validated_step",
-                "nonfinite_steps", "early_stopping")
+RESUME_STATE = (
+    "optimizer",
+    "scheduler",
+    "grad_scaler",
+    "rng_by_rank",
+    "batches_done",
+    "validated_step",
+    "nonfinite_steps",
+    "early_stopping",
+)
 
 
 @dataclass
 class Reference:
     """The unbroken run every other run must end equal to."""
+
     run_dir: Path
     seconds: float  # its wall time
     last_save: float  # seconds from its start to the end of its last save: the range of the timed kills
@@ -270,8 +306,9 @@ class Reference:
         for name in sorted(expected & actual):
             mine, theirs = state.checkpoints[name], self.state.checkpoints[name]
             if (mine.step, mine.epoch) != (theirs.step, theirs.epoch):
-                found.append(f"{name} is of step {mine.step}, epoch {mine.epoch} "
-                             f"instead of {theirs.step}, epoch {theirs.epoch}")
+                found.append(
+                    f"{name} is of step {mine.step}, epoch {mine.epoch} instead of {theirs.step}, epoch {theirs.epoch}"
+                )
             elif not same(mine.model.state_dict(), theirs.model.state_dict()):
                 found.append(f"{name}: weights differ")
         if "last.pt" in expected & actual and self.state.step("last.pt") == state.step("last.pt"):
@@ -291,8 +328,9 @@ class Reference:
         mine, theirs = state.checkpoints.get("last.pt"), self.state.checkpoints["last.pt"]
         if mine is None or mine.step != theirs.step:
             return False
-        return same(mine.model.state_dict(), theirs.model.state_dict()) and \
-            all(same(mine.training_state.get(key), theirs.training_state.get(key)) for key in RESUME_STATE)
+        return same(mine.model.state_dict(), theirs.model.state_dict()) and all(
+            same(mine.training_state.get(key), theirs.training_state.get(key)) for key in RESUME_STATE
+        )
 
 
 def consistency_problems(state: RunState, reference: Reference, finished: bool) -> list[str]:
@@ -326,10 +364,12 @@ def train_reference(workdir: Path, steps: int) -> Reference:
 
 # -- kill -9 trials -------------------------------------------------------------------------------
 
+
 @dataclass
 class KillMoment:
     """When a trial kills the run: `seconds` after its start, or during the save of checkpoint file
     `file` at the validation of `step` (as soon as its temporary file appears)."""
+
     seconds: Optional[float] = None
     step: Optional[int] = None
     file: Optional[str] = None
@@ -390,8 +430,11 @@ def kill_at(process: AttnProcess, moment: KillMoment, run_dir: Path) -> bool:
 
 def where_it_landed(state: RunState, stderr: str, reference: Reference) -> str:
     """Where in the run the kill came, as far as its files and log tell."""
-    saves = [match for path in state.temporaries if (match := TEMPORARY.fullmatch(Path(path).name))
-             and path.startswith("checkpoints")]
+    saves = [
+        match
+        for path in state.temporaries
+        if (match := TEMPORARY.fullmatch(Path(path).name)) and path.startswith("checkpoints")
+    ]
     if saves:
         return f"saving {saves[0]['name']} of step {max(state.metric_steps(), default=0)}"
     if state.temporaries:
@@ -447,26 +490,42 @@ def run_trial(number: int, moment: KillMoment, workdir: Path, reference: Referen
     if after_resume.temporaries:
         problems.append(f"after the resume: temporary files left: {after_resume.temporaries}")
     problems += [f"after the resume: {d}" for d in reference.differences(after_resume)]
-    return TrialResult(number, moment.describe(), killed, landed, round(killed_after, 2), len(after_kill.checkpoints),
-                       len(after_kill.unloadable) + len(after_resume.unloadable),
-                       len(after_kill.unparseable) + len(after_resume.unparseable),
-                       len(reference.lost_lines(after_kill, False)) + len(reference.lost_lines(after_resume, True)),
-                       "--resume" if resume else "a new run", reference.is_exact(after_resume), problems)
+    return TrialResult(
+        number,
+        moment.describe(),
+        killed,
+        landed,
+        round(killed_after, 2),
+        len(after_kill.checkpoints),
+        len(after_kill.unloadable) + len(after_resume.unloadable),
+        len(after_kill.unparseable) + len(after_resume.unparseable),
+        len(reference.lost_lines(after_kill, False)) + len(reference.lost_lines(after_resume, True)),
+        "--resume" if resume else "a new run",
+        reference.is_exact(after_resume),
+        problems,
+    )
 
 
 def print_trial(result: TrialResult) -> None:
     outcome = "ok" if not result.problems else "FAIL: " + "; ".join(result.problems)
-    print(f"| {result.number} | {result.moment} | {result.landed} | {result.checkpoints_after_kill} | "
-          f"{result.unloadable} | {result.lost_lines} | {result.resumed_with} | {'yes' if result.exact else 'NO'} | "
-          f"{outcome} |", flush=True)
+    print(
+        f"| {result.number} | {result.moment} | {result.landed} | {result.checkpoints_after_kill} | "
+        f"{result.unloadable} | {result.lost_lines} | {result.resumed_with} | {'yes' if result.exact else 'NO'} | "
+        f"{outcome} |",
+        flush=True,
+    )
 
 
 def run_trials(trials: int, seed: int, workdir: Path, reference: Reference, steps: int) -> list[TrialResult]:
-    print(f"\n## {trials} kill -9 trials (seed {seed}; the reference run took {reference.seconds:.1f} s, its last "
-          f"save ended at {reference.last_save:.1f} s; {len(reference.steps)} validations, steps "
-          f"{reference.steps[0]} to {reference.steps[-1]})\n")
-    print("| trial | kill | landed | checkpoints left | unloadable | lost metrics lines | continued with | "
-          "exact | result |")
+    print(
+        f"\n## {trials} kill -9 trials (seed {seed}; the reference run took {reference.seconds:.1f} s, its last "
+        f"save ended at {reference.last_save:.1f} s; {len(reference.steps)} validations, steps "
+        f"{reference.steps[0]} to {reference.steps[-1]})\n"
+    )
+    print(
+        "| trial | kill | landed | checkpoints left | unloadable | lost metrics lines | continued with | "
+        "exact | result |"
+    )
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     results = []
     for number, moment in enumerate(plan_moments(random.Random(seed), trials, reference), 1):
@@ -476,6 +535,7 @@ def run_trials(trials: int, seed: int, workdir: Path, reference: Reference, step
 
 
 # -- planted checkpoints --------------------------------------------------------------------------
+
 
 class PlantedCode:
     """Unpickling this object touches `marker`: the stand-in for the code a malicious checkpoint runs."""
@@ -513,6 +573,7 @@ def loading_commands(reference: Reference, steps: int) -> list[tuple[str, str, C
     arguments for a copy of the reference run at the given path."""
     newest_step = sorted(name for name in reference.state.checkpoints if name.startswith("step-"))[-1]
     keep_last = sum(name.startswith("step-") for name in reference.state.checkpoints)
+
     def best(run: Path) -> str:
         return str(run / "checkpoints" / "best.pt")
 
@@ -547,12 +608,16 @@ def planted_checks(workdir: Path, reference: Reference, steps: int) -> list[Plan
                 problems.append("THE PLANTED CODE RAN")
             results.append(PlantedResult(command, planted, finished.returncode, error, marker.exists(), problems))
             outcome = "ok" if not problems else "FAIL: " + "; ".join(problems)
-            print(f"| `attn {command}` | {planted} | {finished.returncode} | {error} | "
-                  f"{'YES' if marker.exists() else 'no'} | {outcome} |", flush=True)
+            print(
+                f"| `attn {command}` | {planted} | {finished.returncode} | {error} | "
+                f"{'YES' if marker.exists() else 'no'} | {outcome} |",
+                flush=True,
+            )
     return results
 
 
 # -- two trainings at once ------------------------------------------------------------------------
+
 
 @dataclass
 class ConcurrentResult:
@@ -583,8 +648,10 @@ def concurrent_check(workdir: Path, reference: Reference, steps: int) -> Concurr
         problems += consistency_problems(state, reference, finished=True)
         problems += reference.differences(state)
     for name, result in zip(("first", "second"), finished):
-        print(f"- {name} `attn train` (PID {result.pid}): exit {result.returncode} after {result.seconds:.1f} s: "
-              f"{result.last_line().replace(str(run_dir), 'RUN')}")
+        print(
+            f"- {name} `attn train` (PID {result.pid}): exit {result.returncode} after {result.seconds:.1f} s: "
+            f"{result.last_line().replace(str(run_dir), 'RUN')}"
+        )
     outcome = "ok, the run that trained equals the reference" if not problems else "FAIL: " + "; ".join(problems)
     print(f"- result: {outcome}", flush=True)
     return ConcurrentResult([f.returncode for f in finished], refusal, problems)
@@ -592,9 +659,11 @@ def concurrent_check(workdir: Path, reference: Reference, steps: int) -> Concurr
 
 # -- a full disk ----------------------------------------------------------------------------------
 
+
 @dataclass
 class DiskFullCase:
     """A filesystem with `room` for part of a run: the write after that part fills it up."""
+
     room: str  # what fits, in words
     size: int  # bytes
     kept_step: Optional[int] = None  # the step of the last.pt that must survive the failed save
@@ -618,11 +687,13 @@ def disk_full_cases(reference: Reference) -> list[DiskFullCase]:
     # The first validation writes its metrics line, last.pt, best.pt and step-N.pt; the second
     # one's last.pt does not fit beside them.
     first_validation = tokenizer + pages(run / "metrics.jsonl") + 3 * checkpoint + checkpoint // 2
-    return [DiskFullCase("the lock file", lock * PAGE),
-            DiskFullCase("config.yaml and a page", (config + 1) * PAGE),
-            DiskFullCase("the split files and a page", (splits + 1) * PAGE),
-            DiskFullCase("all before the first metrics line", tokenizer * PAGE),
-            DiskFullCase("the first validation's files", first_validation * PAGE, kept_step=reference.steps[0])]
+    return [
+        DiskFullCase("the lock file", lock * PAGE),
+        DiskFullCase("config.yaml and a page", (config + 1) * PAGE),
+        DiskFullCase("the split files and a page", (splits + 1) * PAGE),
+        DiskFullCase("all before the first metrics line", tokenizer * PAGE),
+        DiskFullCase("the first validation's files", first_validation * PAGE, kept_step=reference.steps[0]),
+    ]
 
 
 def mount(*args: str) -> Optional[str]:
@@ -672,9 +743,14 @@ def disk_full_case(case_dir: Path, case: DiskFullCase, reference: Reference, ste
             problems.append(f"the next run failed: {again.last_line()}")
         else:
             problems += [f"the next run: {d}" for d in reference.differences(inspect_run(run_dir))]
-        return DiskFullResult(described, full.returncode, full.error(run_dir),
-                              {name: c.step for name, c in left.checkpoints.items()},
-                              f"{'--resume' if resume else 'a new run'}: exit {again.returncode}", problems)
+        return DiskFullResult(
+            described,
+            full.returncode,
+            full.error(run_dir),
+            {name: c.step for name, c in left.checkpoints.items()},
+            f"{'--resume' if resume else 'a new run'}: exit {again.returncode}",
+            problems,
+        )
     finally:
         mount("umount", str(mount_point))
 
@@ -695,11 +771,15 @@ def full_device_checks(case_dir: Path, reference: Reference) -> list[DiskFullRes
     try:
         os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # the numbers of /dev/full
     except OSError as error:
-        results.append(DiskFullResult("--output on a full device", 0, "", {}, "",
-                                      [f"SKIPPED: cannot make a device node: {error.strerror}"]))
+        results.append(
+            DiskFullResult(
+                "--output on a full device", 0, "", {}, "", [f"SKIPPED: cannot make a device node: {error.strerror}"]
+            )
+        )
         return results
-    finished = run_attn(["translate", "--checkpoint", checkpoint, "--output", str(device), "Hello."], case_dir,
-                        "output")
+    finished = run_attn(
+        ["translate", "--checkpoint", checkpoint, "--output", str(device), "Hello."], case_dir, "output"
+    )
     results.append(_device_result("--output on a full device", finished, device))
     return results
 
@@ -731,20 +811,24 @@ def _print_disk_full(result: DiskFullResult) -> None:
         return
     left = ", ".join(f"{name} (step {step})" for name, step in sorted(result.checkpoints_left.items())) or "none"
     outcome = "ok" if not result.problems else "FAIL: " + "; ".join(result.problems)
-    print(f"| {result.case} | {result.returncode} | {result.error} | {left} | {result.next_run} | {outcome} |",
-          flush=True)
+    print(
+        f"| {result.case} | {result.returncode} | {result.error} | {left} | {result.next_run} | {outcome} |", flush=True
+    )
 
 
 def skipped(result: DiskFullResult) -> bool:
     return bool(result.problems) and result.problems[0].startswith("SKIPPED")
 
 
-
-
 # -- the whole --------------------------------------------------------------------------------------
 
-def summarize(trials: list[TrialResult], planted: list[PlantedResult], concurrent: Optional[ConcurrentResult],
-              disk_full: list[DiskFullResult]) -> dict:
+
+def summarize(
+    trials: list[TrialResult],
+    planted: list[PlantedResult],
+    concurrent: Optional[ConcurrentResult],
+    disk_full: list[DiskFullResult],
+) -> dict:
     return {
         "trials": len(trials),
         "killed": sum(t.killed for t in trials),
@@ -761,28 +845,35 @@ def summarize(trials: list[TrialResult], planted: list[PlantedResult], concurren
         "disk_full_ok": sum(not r.problems for r in disk_full),
         "disk_full_skipped": sum(skipped(r) for r in disk_full),
         "disk_full_cases": len(disk_full),
-        "failures": sum(bool(t.problems) for t in trials) + sum(bool(p.problems) for p in planted)
-                    + (1 if concurrent is not None and concurrent.problems else 0)
-                    + sum(bool(r.problems) and not skipped(r) for r in disk_full),
+        "failures": sum(bool(t.problems) for t in trials)
+        + sum(bool(p.problems) for p in planted)
+        + (1 if concurrent is not None and concurrent.problems else 0)
+        + sum(bool(r.problems) and not skipped(r) for r in disk_full),
     }
 
 
 def print_summary(totals: dict) -> None:
     print("\n## Summary\n")
     if totals["trials"]:
-        print(f"- kill -9 trials: {totals['trials']} ({totals['killed']} killed: {totals['killed_during_setup']} "
-              f"during setup, {totals['killed_during_a_save']} during a save); {totals['unloadable_files']} "
-              f"unloadable files, {totals['unparseable_metrics_lines']} unparseable and "
-              f"{totals['lost_metrics_lines']} lost metrics lines, {totals['exact_resumes']} of {totals['trials']} "
-              f"exact resumes")
+        print(
+            f"- kill -9 trials: {totals['trials']} ({totals['killed']} killed: {totals['killed_during_setup']} "
+            f"during setup, {totals['killed_during_a_save']} during a save); {totals['unloadable_files']} "
+            f"unloadable files, {totals['unparseable_metrics_lines']} unparseable and "
+            f"{totals['lost_metrics_lines']} lost metrics lines, {totals['exact_resumes']} of {totals['trials']} "
+            f"exact resumes"
+        )
     if totals["planted_cases"]:
-        print(f"- planted checkpoints: {totals['planted_refused']} of {totals['planted_cases']} refused in one line; "
-              f"the planted code ran {totals['planted_code_ran']} times")
+        print(
+            f"- planted checkpoints: {totals['planted_refused']} of {totals['planted_cases']} refused in one line; "
+            f"the planted code ran {totals['planted_code_ran']} times"
+        )
     if totals["concurrent_ok"] is not None:
         print(f"- two trainings at once: {'ok' if totals['concurrent_ok'] else 'FAIL'}")
     if totals["disk_full_cases"]:
-        print(f"- full disk: {totals['disk_full_ok']} of {totals['disk_full_cases']} ok, "
-              f"{totals['disk_full_skipped']} skipped")
+        print(
+            f"- full disk: {totals['disk_full_ok']} of {totals['disk_full_cases']} ok, "
+            f"{totals['disk_full_skipped']} skipped"
+        )
     print(f"- failures: {totals['failures']}", flush=True)
 
 
@@ -791,10 +882,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=20, help="kill -9 trials (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments, so a set of trials repeats")
     parser.add_argument("--steps", type=int, default=200, help="train.max_steps of every run (default 200)")
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                        help="which parts to run (default all)")
-    parser.add_argument("--workdir", type=Path,
-                        help="where the runs go (kept); default a temporary folder, removed after")
+    parser.add_argument(
+        "--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which parts to run (default all)"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the runs go (kept); default a temporary folder, removed after"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder of the runs")
     parser.add_argument("--json", type=Path, help="write the results and the summary here as JSON")
     return parser.parse_args(argv)
@@ -817,13 +910,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     totals = summarize(trials, planted, concurrent, disk_full)
     print_summary(totals)
     if args.json:
-        results = {"seed": args.seed, "steps": args.steps, "settings": RUN_SETTINGS,
-                   "reference_seconds": round(reference.seconds, 2),
-                   "reference_last_save_seconds": round(reference.last_save, 2), "reference_steps": reference.steps,
-                   "trials": [dataclasses.asdict(t) for t in trials],
-                   "planted": [dataclasses.asdict(p) for p in planted],
-                   "concurrent": dataclasses.asdict(concurrent) if concurrent else None,
-                   "disk_full": [dataclasses.asdict(r) for r in disk_full], "summary": totals}
+        results = {
+            "seed": args.seed,
+            "steps": args.steps,
+            "settings": RUN_SETTINGS,
+            "reference_seconds": round(reference.seconds, 2),
+            "reference_last_save_seconds": round(reference.last_save, 2),
+            "reference_steps": reference.steps,
+            "trials": [dataclasses.asdict(t) for t in trials],
+            "planted": [dataclasses.asdict(p) for p in planted],
+            "concurrent": dataclasses.asdict(concurrent) if concurrent else None,
+            "disk_full": [dataclasses.asdict(r) for r in disk_full],
+            "summary": totals,
+        }
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 1 if totals["failures"] else 0
 

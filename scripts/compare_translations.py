@@ -36,8 +36,9 @@ def translate_in_tree(tree: str, checkpoint: str, source: str, beam: int, output
     except ImportError:  # the flat layout that came before it
         from attn_cli.checkpoint import load_checkpoint
         from attn_cli.translate import translate_sentences
-    import attn_cli
     import torch
+
+    import attn_cli
 
     loaded = load_checkpoint(checkpoint, "cpu")
     loaded.model.eval()
@@ -46,20 +47,48 @@ def translate_in_tree(tree: str, checkpoint: str, source: str, beam: int, output
     started = time.perf_counter()
     with torch.inference_mode():
         # As `attn translate` and `attn eval` do: inputs up to the model's positions, less the EOS.
-        translations = translate_sentences(loaded.model, loaded.tokenizers, sentences, options,
-                                           loaded.config.model.max_positions - 1, loaded.config.data.tgt_lang)
+        translations = translate_sentences(
+            loaded.model,
+            loaded.tokenizers,
+            sentences,
+            options,
+            loaded.config.model.max_positions - 1,
+            loaded.config.data.tgt_lang,
+        )
     seconds = time.perf_counter() - started
-    rows = [{"text": t.texts[0], "parts": len(t.outputs),
-             "tokens": t.outputs[0][0].tokens if len(t.outputs) == 1 else None,
-             "score": t.scores[0]} for t in translations]
-    Path(output).write_text(json.dumps({"code": str(Path(attn_cli.__file__).parent), "seconds": seconds,
-                                        "rows": rows}, ensure_ascii=False))
+    rows = [
+        {
+            "text": t.texts[0],
+            "parts": len(t.outputs),
+            "tokens": t.outputs[0][0].tokens if len(t.outputs) == 1 else None,
+            "score": t.scores[0],
+        }
+        for t in translations
+    ]
+    Path(output).write_text(
+        json.dumps({"code": str(Path(attn_cli.__file__).parent), "seconds": seconds, "rows": rows}, ensure_ascii=False)
+    )
 
 
 def run_worker(tree: Path, args: argparse.Namespace, beam: int, workdir: Path) -> dict:
     output = workdir / f"{tree.name}-{abs(hash(str(tree)))}-beam{beam}.json"
-    subprocess.run([sys.executable, __file__, "--worker", str(tree), "--checkpoint", args.checkpoint,
-                    "--source", args.source, "--beams", str(beam), "--worker-output", str(output)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(tree),
+            "--checkpoint",
+            args.checkpoint,
+            "--source",
+            args.source,
+            "--beams",
+            str(beam),
+            "--worker-output",
+            str(output),
+        ],
+        check=True,
+    )
     return json.loads(output.read_text(encoding="utf-8"))
 
 
@@ -105,17 +134,27 @@ class Scorer:
         for ids in (before, after):
             total = float(self.log_probs(source, ids).gather(1, self.torch.tensor(ids + [self.eos])[:, None]).sum())
             whole.append(total / self.length_penalty(len(ids) + 1, alpha))
-        return {"position": position, "candidates": candidates,
-                "candidate_log_probs": [float(log_probs[c]) for c in candidates], "step_gap": step_gap,
-                "hypothesis_scores": whole, "hypothesis_gap": abs(whole[0] - whole[1])}
+        return {
+            "position": position,
+            "candidates": candidates,
+            "candidate_log_probs": [float(log_probs[c]) for c in candidates],
+            "step_gap": step_gap,
+            "hypothesis_scores": whole,
+            "hypothesis_gap": abs(whole[0] - whole[1]),
+        }
 
 
 def compare(args: argparse.Namespace) -> dict:
     sources = Path(args.source).read_text(encoding="utf-8").splitlines()
     scorer = Scorer(args.checkpoint)
     alpha = scorer.loaded.config.decode.length_penalty
-    report = {"checkpoint": args.checkpoint, "source": args.source, "sentences": len(sources), "tie": args.tie,
-              "searches": []}
+    report = {
+        "checkpoint": args.checkpoint,
+        "source": args.source,
+        "sentences": len(sources),
+        "tie": args.tie,
+        "searches": [],
+    }
     with tempfile.TemporaryDirectory(prefix="compare_translations_") as workdir:
         for beam in args.beams:
             before = run_worker(Path(args.before).resolve(), args, beam, Path(workdir))
@@ -128,9 +167,16 @@ def compare(args: argparse.Namespace) -> dict:
                 if b["tokens"] is not None and a["tokens"] is not None:
                     entry.update(scorer.explain(sources[index], b["tokens"], a["tokens"], alpha if beam > 1 else 0.0))
                 differing.append(entry)
-            report["searches"].append({"beam": beam, "before_code": before["code"], "after_code": after["code"],
-                                       "before_seconds": before["seconds"], "after_seconds": after["seconds"],
-                                       "differing": differing})
+            report["searches"].append(
+                {
+                    "beam": beam,
+                    "before_code": before["code"],
+                    "after_code": after["code"],
+                    "before_seconds": before["seconds"],
+                    "after_seconds": after["seconds"],
+                    "differing": differing,
+                }
+            )
     return report
 
 
@@ -138,18 +184,23 @@ def print_report(report: dict) -> None:
     tie = report["tie"]
     for search in report["searches"]:
         differing = search["differing"]
-        print(f"beam {search['beam']}: {len(differing)} of {report['sentences']} sentences differ "
-              f"(before {search['before_seconds']:.1f} s, after {search['after_seconds']:.1f} s)")
+        print(
+            f"beam {search['beam']}: {len(differing)} of {report['sentences']} sentences differ "
+            f"(before {search['before_seconds']:.1f} s, after {search['after_seconds']:.1f} s)"
+        )
         for entry in differing:
             if "step_gap" not in entry:
                 print(f"  #{entry['index']}: a long input in several parts, not analysed")
                 continue
             verdict = "near-tie" if min(entry["step_gap"], entry["hypothesis_gap"]) < tie else "NOT a near-tie"
-            print(f"  #{entry['index']} {entry['source']!r}\n      before {entry['before']!r}\n      after  {entry['after']!r}\n"
-                  f"      first differing step {entry['position']}: log-probs {entry['candidate_log_probs'][0]:.6f} vs "
-                  f"{entry['candidate_log_probs'][1]:.6f} (gap {entry['step_gap']:.2e}); whole hypotheses "
-                  f"{entry['hypothesis_scores'][0]:.6f} vs {entry['hypothesis_scores'][1]:.6f} "
-                  f"(gap {entry['hypothesis_gap']:.2e}): {verdict}")
+            print(
+                f"  #{entry['index']} {entry['source']!r}\n      before {entry['before']!r}\n"
+                f"      after  {entry['after']!r}\n"
+                f"      first differing step {entry['position']}: log-probs {entry['candidate_log_probs'][0]:.6f} vs "
+                f"{entry['candidate_log_probs'][1]:.6f} (gap {entry['step_gap']:.2e}); whole hypotheses "
+                f"{entry['hypothesis_scores'][0]:.6f} vs {entry['hypothesis_scores'][1]:.6f} "
+                f"(gap {entry['hypothesis_gap']:.2e}): {verdict}"
+            )
 
 
 def main() -> None:

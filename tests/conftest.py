@@ -36,8 +36,9 @@ def trained_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(REPO)  # configs/tiny.yaml: the repository's copy of the built-in config
     try:
-        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}",
-                                          "--set", "train.keep_last=1"])
+        result = CliRunner().invoke(
+            app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}", "--set", "train.keep_last=1"]
+        )
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
@@ -46,8 +47,16 @@ def trained_run(tmp_path_factory):
 
 def small_model(**overrides) -> Transformer:
     """A random model big enough to have several heads and layers, small enough to be instant."""
-    args = dict(src_vocab_size=50, tgt_vocab_size=50, d_model=32, num_heads=4, ffn_dim=64,
-                encoder_layers=2, decoder_layers=2, dropout=0.0)
+    args = dict(
+        src_vocab_size=50,
+        tgt_vocab_size=50,
+        d_model=32,
+        num_heads=4,
+        ffn_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+    )
     args.update(overrides)
     return Transformer(**args).eval()
 
@@ -75,8 +84,16 @@ class _LivelyTransformer(Transformer):
 
 def lively_model(seed: int, **overrides) -> Transformer:
     torch.manual_seed(seed)
-    args = dict(src_vocab_size=50, tgt_vocab_size=50, d_model=32, num_heads=4, ffn_dim=64,
-                encoder_layers=2, decoder_layers=2, dropout=0.0)
+    args = dict(
+        src_vocab_size=50,
+        tgt_vocab_size=50,
+        d_model=32,
+        num_heads=4,
+        ffn_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+    )
     args.update(overrides)
     model = _LivelyTransformer(**args).eval()
     bias = 2.5 * torch.randn(64, args["tgt_vocab_size"])

@@ -16,8 +16,16 @@ from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.no_grad()
-def reference_beam_search(model, src_row: torch.Tensor, beam_size: int, alpha: float, max_len_a: float,
-                          max_len_b: int, n_best: int, prefix: tuple[int, ...] = ()) -> list[Hypothesis]:
+def reference_beam_search(
+    model,
+    src_row: torch.Tensor,
+    beam_size: int,
+    alpha: float,
+    max_len_a: float,
+    max_len_b: int,
+    n_best: int,
+    prefix: tuple[int, ...] = (),
+) -> list[Hypothesis]:
     """The n best hypotheses for one source sentence (S,), without padding, from one model or an
     `Ensemble`. A forced `prefix` starts the one first hypothesis, with log-probability 0; steps and
     length penalties count what follows it."""

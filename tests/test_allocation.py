@@ -38,12 +38,17 @@ def test_an_allocation_that_fails_anyway_is_one_line(monkeypatch):
     def out_of_memory(cfg, src_vocab_size, tgt_vocab_size):
         if torch.empty(0).device.type == "meta":
             return build_model(cfg, src_vocab_size, tgt_vocab_size)
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:116] data. DefaultCPUAllocator: not enough memory: "
-                           "you tried to allocate 1099511627776 bytes.\nmore lines of C++ frames")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:116] data. DefaultCPUAllocator: not enough memory: "
+            "you tried to allocate 1099511627776 bytes.\nmore lines of C++ frames"
+        )
 
     monkeypatch.setattr(allocation, "build_model", out_of_memory)
-    with pytest.raises(ModelSizeError, match=r"and allocating it failed \(\[enforce fail .* 1099511627776 bytes\.\); "
-                                             r"lower it$"):
+    with pytest.raises(
+        ModelSizeError,
+        match=r"and allocating it failed \(\[enforce fail .* 1099511627776 bytes\.\); "
+        r"lower it$",
+    ):
         allocate_model(SMALL, 300, 300, torch.device("cpu"), training=False, fix="lower it")
 
 
@@ -52,8 +57,11 @@ def test_a_checkpoint_that_describes_a_model_too_large_is_refused_in_one_line(tm
     from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
     cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=SMALL)
-    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
-                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    tokenizers = train_tokenizers(
+        [f"sentence number {i}" for i in range(200)],
+        [f"句子{i}号" for i in range(200)],
+        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
+    )
     path = tmp_path / "forged.pt"
     save_checkpoint(path, cfg, tokenizers, build_model(SMALL, 300, 300), step=1, epoch=1)
     payload = torch.load(path, weights_only=True)
@@ -68,4 +76,5 @@ def _never_on_a_real_device(build):
     def checked(cfg, src_vocab_size, tgt_vocab_size):
         assert torch.empty(0).device.type == "meta", "a model larger than memory must not be allocated"
         return build(cfg, src_vocab_size, tgt_vocab_size)
+
     return checked

@@ -138,14 +138,16 @@ def test_alignment_grid_names_every_source_and_target_token(maps):
     text = _render(maps, SOURCE_TOKENS, TARGET_TOKENS)
     header = next(line for line in text.splitlines() if "▁a" in line)
     assert header.split() == SOURCE_TOKENS + ["</s>"]  # the source across, in order
-    rows = [line.split()[0] for line in text.splitlines()[text.splitlines().index(header) + 1:][:6]]
+    rows = [line.split()[0] for line in text.splitlines()[text.splitlines().index(header) + 1 :][:6]]
     assert rows == TARGET_TOKENS + ["</s>"]  # the emitted tokens down, in order
     assert "decoder layer 2 of 3, mean of 4 heads" in text
 
 
 def _grid_rows(text: str) -> list[str]:
     """The shade cells of each row of a rendered 2 x 2 grid, e.g. ["█·", "·█", ...]."""
-    return ["".join(line.split()[1:])[::2] for line in text.splitlines() if line.split()[:1] in (["x"], ["y"], ["</s>"])]
+    return [
+        "".join(line.split()[1:])[::2] for line in text.splitlines() if line.split()[:1] in (["x"], ["y"], ["</s>"])
+    ]
 
 
 def test_alignment_grid_shades_the_chosen_layer_and_head():
@@ -161,11 +163,14 @@ def test_alignment_grid_shades_the_chosen_layer_and_head():
     assert _grid_rows(_render(maps, ["a"], ["x", "y"], layer=0, head=-1)) == ["▒▒"] * 3
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"layer": 3}, "--attention-layer 3: the model has 3 decoder layers (0..2, or -1 for the last)"),
-    ({"layer": -4}, "--attention-layer -4: the model has 3 decoder layers (0..2"),
-    ({"head": 4}, "--attention-head 4: the model has 4 heads (0..3"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"layer": 3}, "--attention-layer 3: the model has 3 decoder layers (0..2, or -1 for the last)"),
+        ({"layer": -4}, "--attention-layer -4: the model has 3 decoder layers (0..2"),
+        ({"head": 4}, "--attention-head 4: the model has 4 heads (0..3"),
+    ],
+)
 def test_a_layer_or_head_the_model_lacks_names_the_valid_range(maps, kwargs, message):
     with pytest.raises(ValueError) as error:
         render_alignment(maps, SOURCE_TOKENS, TARGET_TOKENS, **kwargs)

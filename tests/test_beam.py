@@ -2,13 +2,12 @@
 
 import pytest
 import torch
-
-from attn_cli.decoding.beam import beam_search
-from attn_cli.data.batching import Example, collate
-from attn_cli.decoding.greedy import greedy_search, sampler
-
 from conftest import lively_model, random_source
 from reference_search import reference_beam_search
+
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.greedy import greedy_search, sampler
 
 
 def _unpadded(src: torch.Tensor, row: int) -> torch.Tensor:
@@ -92,7 +91,9 @@ def test_cross_attention_is_projected_once_per_source_not_per_beam():
     model = lively_model(0)
     rows_projected = []
     for layer in model.decoder_layers:
-        layer.cross_attention.kv_proj.register_forward_hook(lambda _m, inputs, _o: rows_projected.append(inputs[0].shape[0]))
+        layer.cross_attention.kv_proj.register_forward_hook(
+            lambda _m, inputs, _o: rows_projected.append(inputs[0].shape[0])
+        )
     beam_search(model, random_source(3, 6), beam_size=5, exact_steps=7)
     assert rows_projected == [3] * len(model.decoder_layers)
 

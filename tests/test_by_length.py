@@ -9,12 +9,23 @@ from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.stutter import stutters
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("你在我叔叔叔叔叔叔叔叔了。", True), ("我祖母在一座一座一座一座一座小的村庄里长大。", True),
-    ("哈哈哈", True), ("哈哈", False), ("你好，世界。", False), ("他们他们", False), ("abcdeabcdeabcde", False),
-    # Numbers and runs of spaces are not stutter; a stutter after one still counts.
-    ("他给了我10000日元。", False), ("一共1111个。", False), ("a   b", False), ("10000个人人人", True),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("你在我叔叔叔叔叔叔叔叔了。", True),
+        ("我祖母在一座一座一座一座一座小的村庄里长大。", True),
+        ("哈哈哈", True),
+        ("哈哈", False),
+        ("你好，世界。", False),
+        ("他们他们", False),
+        ("abcdeabcdeabcde", False),
+        # Numbers and runs of spaces are not stutter; a stutter after one still counts.
+        ("他给了我10000日元。", False),
+        ("一共1111个。", False),
+        ("a   b", False),
+        ("10000个人人人", True),
+    ],
+)
 def test_a_unit_of_one_to_four_characters_three_times_in_a_row_is_a_stutter(text, expected):
     assert stutters(text) is expected
 
@@ -36,10 +47,13 @@ def test_each_sentence_is_scored_in_the_bucket_of_its_source_length():
 
 def test_attn_eval_prints_the_table_by_length(trained_run, tmp_path):
     src, ref = tmp_path / "src.en", tmp_path / "ref.zh"
-    src.write_text("I am here.\nThe man you see over there is my uncle and he lives in a big house.\n", encoding="utf-8")
+    src.write_text(
+        "I am here.\nThe man you see over there is my uncle and he lives in a big house.\n", encoding="utf-8"
+    )
     ref.write_text("我在这里。\n你在那儿看到的那个人是我叔叔，他住在一座大房子里。\n", encoding="utf-8")
-    result = CliRunner().invoke(app, ["eval", "--run", str(trained_run), "--src", str(src), "--ref", str(ref),
-                                      "--by-length", "--beam", "1"])
+    result = CliRunner().invoke(
+        app, ["eval", "--run", str(trained_run), "--src", str(src), "--ref", str(ref), "--by-length", "--beam", "1"]
+    )
     assert result.exit_code == 0, result.output
     table = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in table[1:]] == ["<= 8", "> 15", "all"], table

@@ -6,12 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
-
-from conftest import REPO
-
 
 
 def invoke(*args, input=None):
@@ -20,8 +18,16 @@ def invoke(*args, input=None):
 
 
 def test_train_writes_config_tokenizer_splits_checkpoints_and_metrics(trained_run):
-    for name in ("config.yaml", "tokenizer/joint.model", "data/test.en", "data/test.zh", "data/valid.en",
-                 "checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl"):
+    for name in (
+        "config.yaml",
+        "tokenizer/joint.model",
+        "data/test.en",
+        "data/test.zh",
+        "data/valid.en",
+        "checkpoints/best.pt",
+        "checkpoints/last.pt",
+        "metrics.jsonl",
+    ):
         assert (trained_run / name).is_file(), name
     # train.keep_last=1: the step checkpoint of step 20 made way for that of step 40.
     assert sorted(p.name for p in (trained_run / "checkpoints").glob("step-*.pt")) == ["step-000040.pt"]
@@ -77,7 +83,9 @@ def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
 
     from attn_cli.errors import UserError
 
-    with pytest.raises(UserError, match=r"cannot write --output .*out.zh: No space left on device; the previous out.zh is intact"):
+    with pytest.raises(
+        UserError, match=r"cannot write --output .*out.zh: No space left on device; the previous out.zh is intact"
+    ):
         with output_stream(target) as out:
             raise OSError(28, "No space left on device")  # what a write to a full disk raises
     assert target.read_text() == "what was there\n" and [p.name for p in tmp_path.iterdir()] == ["out.zh"]
@@ -172,8 +180,8 @@ def varied_checkpoint(trained_run, tmp_path_factory):
     weights give each input its own output."""
     import torch
 
-    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
     from attn_cli.model import build_model
+    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(trained_run / "checkpoints" / "best.pt")
     torch.manual_seed(0)
@@ -199,8 +207,12 @@ def test_the_varied_checkpoint_translates_inputs_differently(varied_checkpoint):
 
 
 def test_jsonl_and_n_best_text_output_agree(varied_checkpoint):
-    records = [json.loads(line) for line in
-               translate_ok(varied_checkpoint, "--format", "jsonl", "--beam", "3", "--n-best", "2", *SENTENCES).stdout.splitlines()]
+    records = [
+        json.loads(line)
+        for line in translate_ok(
+            varied_checkpoint, "--format", "jsonl", "--beam", "3", "--n-best", "2", *SENTENCES
+        ).stdout.splitlines()
+    ]
     assert [record["source"] for record in records] == SENTENCES
     for record in records:
         assert "note" not in record
@@ -229,7 +241,9 @@ def test_stdin_gives_a_line_per_input_line_like_arguments(varied_checkpoint):
     assert from_stdin == from_arguments and len(from_stdin.splitlines()) == 3
 
     # n-best lines number the inputs across the lines read one by one; an empty line keeps its n lines
-    n_best = translate_ok(varied_checkpoint, "--beam", "3", "--n-best", "2", input=f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n")
+    n_best = translate_ok(
+        varied_checkpoint, "--beam", "3", "--n-best", "2", input=f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n"
+    )
     rows = [line.split("\t", 2) for line in n_best.stdout.splitlines()]
     assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 2]
     assert rows[2:4] == [["1", "0.0000", ""]] * 2
@@ -300,7 +314,10 @@ def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoin
     # a column per source piece and EOS, a row per output piece and EOS
     source = load_checkpoint(varied_checkpoint).tokenizers.source.encode_pieces([SENTENCES[1]])[0]
     assert header.split() == source + ["</s>"]
-    (record,) = [json.loads(line) for line in translate_ok(varied_checkpoint, "--format", "jsonl", SENTENCES[1]).stdout.splitlines()]
+    (record,) = [
+        json.loads(line)
+        for line in translate_ok(varied_checkpoint, "--format", "jsonl", SENTENCES[1]).stdout.splitlines()
+    ]
     assert [row.split()[0] for row in rows] == record["translations"][0]["tokens"] + ["</s>"]
     assert all(len(row.split()) == len(source) + 2 for row in rows)
     one_head = translate_ok(varied_checkpoint, "--show-attention", "--attention-head", "2", SENTENCES[1])
@@ -308,8 +325,9 @@ def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoin
 
 
 def test_an_attention_layer_the_model_lacks_is_a_one_line_error(varied_checkpoint):
-    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--show-attention", "--attention-layer", "99",
-                    "Hello.")
+    result = invoke(
+        "translate", "--checkpoint", str(varied_checkpoint), "--show-attention", "--attention-layer", "99", "Hello."
+    )
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
     assert "--attention-layer 99: the model has 1 decoder layers" in result.stderr
@@ -343,6 +361,7 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
 
 # --- translate: prefixes; translate and eval: ensembles ----------------------------------------------
 
+
 def test_translate_with_a_prefix_begins_every_translation_with_it(varied_checkpoint, tmp_path):
     plain = translate_ok(varied_checkpoint, *SENTENCES).stdout.splitlines()
     for beam in ("1", "3"):
@@ -352,10 +371,14 @@ def test_translate_with_a_prefix_begins_every_translation_with_it(varied_checkpo
     # JSONL input: each line's own prefix, --prefix for the lines without one; JSONL output names it
     source = tmp_path / "in.jsonl"
     source.write_text('{"source": "Hello.", "prefix": "你好"}\n{"source": "Where is the station?"}\n')
-    result = translate_ok(varied_checkpoint, "--input-format", "jsonl", "--input", str(source), "--prefix", "我",
-                          "--format", "jsonl")
+    result = translate_ok(
+        varied_checkpoint, "--input-format", "jsonl", "--input", str(source), "--prefix", "我", "--format", "jsonl"
+    )
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(record["source"], record["prefix"]) for record in records] == [("Hello.", "你好"), ("Where is the station?", "我")]
+    assert [(record["source"], record["prefix"]) for record in records] == [
+        ("Hello.", "你好"),
+        ("Where is the station?", "我"),
+    ]
     assert records[0]["translations"][0]["text"].startswith("你好")
     piped = translate_ok(varied_checkpoint, "--input-format", "jsonl", "--prefix", "我", input=source.read_text())
     assert piped.stdout.splitlines() == [record["translations"][0]["text"] for record in records]
@@ -376,11 +399,18 @@ def foreign_checkpoint(varied_checkpoint, tmp_path_factory):
 
     loaded = load_checkpoint(varied_checkpoint)
     words = [a + b + c for a in "abcdefghij" for b in "abcdefghij" for c in "abcdefghij"]
-    tokenizer = train_sentencepiece([" ".join(words[i : i + 6]) for i in range(0, len(words), 6)],
-                                    TokenizerConfig(vocab_size=300))
+    tokenizer = train_sentencepiece(
+        [" ".join(words[i : i + 6]) for i in range(0, len(words), 6)], TokenizerConfig(vocab_size=300)
+    )
     path = tmp_path_factory.mktemp("foreign") / "foreign.pt"
-    save_checkpoint(path, loaded.config, Tokenizers(tokenizer, tokenizer), build_model(loaded.config.model, 300, 300),
-                    step=0, epoch=0)
+    save_checkpoint(
+        path,
+        loaded.config,
+        Tokenizers(tokenizer, tokenizer),
+        build_model(loaded.config.model, 300, 300),
+        step=0,
+        epoch=0,
+    )
     return path
 
 
@@ -388,7 +418,9 @@ def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, 
     trained = trained_run / "checkpoints" / "best.pt"
     for beam in ("1", "3"):
         alone = translate_ok(varied_checkpoint, "--beam", beam, *SENTENCES).stdout
-        with_itself = translate_ok(varied_checkpoint, "--checkpoint", str(varied_checkpoint), "--beam", beam, *SENTENCES)
+        with_itself = translate_ok(
+            varied_checkpoint, "--checkpoint", str(varied_checkpoint), "--beam", beam, *SENTENCES
+        )
         assert with_itself.stdout == alone
         pair = translate_ok(varied_checkpoint, "--checkpoint", str(trained), "--beam", beam, *SENTENCES).stdout
         assert len(pair.splitlines()) == 3
@@ -399,8 +431,19 @@ def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, 
     src, ref = tmp_path / "s.en", tmp_path / "r.zh"
     src.write_text("".join(s + "\n" for s in SENTENCES))
     ref.write_text("车站在哪里？\n你好。\n我爱机器学习\n")
-    scored = invoke("eval", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(trained), "--src", str(src),
-                    "--ref", str(ref), "--beam", "1")
+    scored = invoke(
+        "eval",
+        "--checkpoint",
+        str(varied_checkpoint),
+        "--checkpoint",
+        str(trained),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--beam",
+        "1",
+    )
     assert scored.exit_code == 0, scored.output
     assert "BLEU = " in scored.stdout
     hypotheses = varied_checkpoint.with_name("varied+best.s.en.hyp").read_text().splitlines()
@@ -408,19 +451,28 @@ def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, 
     assert hypotheses == translated.stdout.splitlines()
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--show-attention"], "--show-attention and --attention-out show one model's attention, not an ensemble's of 2"),
-    (["--model", "exported"], "--model and --checkpoint each name a model"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (
+            ["--show-attention"],
+            "--show-attention and --attention-out show one model's attention, not an ensemble's of 2",
+        ),
+        (["--model", "exported"], "--model and --checkpoint each name a model"),
+    ],
+)
 def test_translate_single_model_features_refuse_an_ensemble_in_one_line(varied_checkpoint, extra, message):
-    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(varied_checkpoint),
-                    *extra, "Hello.")
+    result = invoke(
+        "translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(varied_checkpoint), *extra, "Hello."
+    )
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert message in result.stderr and "Traceback" not in result.output
 
 
 def test_translate_refuses_an_ensemble_of_checkpoints_with_different_tokenizers(varied_checkpoint, foreign_checkpoint):
-    result = invoke("translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(foreign_checkpoint), "Hello.")
+    result = invoke(
+        "translate", "--checkpoint", str(varied_checkpoint), "--checkpoint", str(foreign_checkpoint), "Hello."
+    )
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert f"{varied_checkpoint} and {foreign_checkpoint} use different tokenizers" in result.stderr
     assert "ensemble checkpoints that share one" in result.stderr
@@ -430,11 +482,11 @@ def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatc
     from attn_cli.training import step as training_step
 
     real_loss = training_step.projected_label_smoothed_loss
-    monkeypatch.setattr(training_step, "projected_label_smoothed_loss",
-                        lambda *args: real_loss(*args) * float("inf"))
+    monkeypatch.setattr(training_step, "projected_label_smoothed_loss", lambda *args: real_loss(*args) * float("inf"))
     monkeypatch.chdir(REPO)
-    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}",
-                    "--set", "train.max_nonfinite_steps=3")
+    result = invoke(
+        "train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_nonfinite_steps=3"
+    )
     assert result.exit_code == 2
     assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
     assert "Traceback" not in result.output
@@ -460,10 +512,20 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
     import subprocess
     import sys
 
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from attn_cli.paths import RunPaths; from attn_cli.training.run_lock import run_directory_lock\n"
-        "with run_directory_lock(RunPaths.of(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"), str(tmp_path)],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from attn_cli.paths import RunPaths\n"
+                "from attn_cli.training.run_lock import run_directory_lock\n"
+                "with run_directory_lock(RunPaths.of(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"
+            ),
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         for command in ("train", "tokenizer"):
@@ -505,13 +567,28 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
 
     monkeypatch.setattr(trainer, "save_checkpoint", checked_save)
     # What kills in the middle of writes leave.
-    stale = [tmp_path / "checkpoints" / ".last.pt.123.tmp", tmp_path / "tokenizer" / ".joint.model.123.tmp",
-             tmp_path / "data" / ".valid.en.123.tmp", tmp_path / ".config.yaml.123.tmp"]
+    stale = [
+        tmp_path / "checkpoints" / ".last.pt.123.tmp",
+        tmp_path / "tokenizer" / ".joint.model.123.tmp",
+        tmp_path / "data" / ".valid.en.123.tmp",
+        tmp_path / ".config.yaml.123.tmp",
+    ]
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half a file")
-    result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_steps=20",
-                    "--set", "train.valid_every=10", "--set", "train.keep_last=2")
+    result = invoke(
+        "train",
+        "--config",
+        "tiny.yaml",
+        "--set",
+        f"run_dir={tmp_path}",
+        "--set",
+        "train.max_steps=20",
+        "--set",
+        "train.valid_every=10",
+        "--set",
+        "train.keep_last=2",
+    )
     assert result.exit_code == 0, result.output
     assert sorted(set(saved_steps)) == [10, 20]
     # last.pt, which marks a validation as done for a resume, comes after the validation's other files.
@@ -539,8 +616,13 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_the_other_lines_still_tra
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 def test_a_full_stdout_is_one_line(trained_run):
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "attn_cli", "translate", "--run", str(trained_run), "Hello."],
-                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "attn_cli", "translate", "--run", str(trained_run), "Hello."],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "cannot write the translations to stdout: No space left on device" in result.stderr
 

@@ -11,13 +11,12 @@ import sys
 
 import pytest
 import typer
+from conftest import REPO
 from typer.testing import CliRunner
 
 import attn_cli
 from attn_cli.cli.app import app
 from attn_cli.cli.common import reports_user_errors
-
-from conftest import REPO
 
 HEAVY = ("torch", "sentencepiece", "sacrebleu", "datasets")
 COMMANDS = ("train", "tokenizer", "translate", "eval", "average", "doctor")
@@ -66,21 +65,30 @@ def test_importing_the_command_line_imports_no_heavy_module():
     assert _heavy_modules_after("from attn_cli.cli import app, main") == []
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], []] + [[command, "--help"] for command in COMMANDS],
-                         ids=lambda args: " ".join(args) or "no-arguments")
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--version"], []] + [[command, "--help"] for command in COMMANDS],
+    ids=lambda args: " ".join(args) or "no-arguments",
+)
 def test_help_and_version_import_no_heavy_module(args):
-    code = ("from typer.testing import CliRunner\n"
-            "from attn_cli.cli.app import app\n"
-            f"result = CliRunner().invoke(app, {args!r})\n"
-            "assert result.exit_code in (0, 2) and result.output, result.output")  # 2: `attn` alone shows the help
+    code = (
+        "from typer.testing import CliRunner\n"
+        "from attn_cli.cli.app import app\n"
+        f"result = CliRunner().invoke(app, {args!r})\n"
+        "assert result.exit_code in (0, 2) and result.output, result.output"
+    )  # 2: `attn` alone shows the help
     assert _heavy_modules_after(code) == []
 
 
 def _library_errors():
     """Each error the library raises for a problem the user can fix, imported as the library names it."""
-    places = [("attn_cli.data.corpus", "DataError"), ("attn_cli.data.tokenizer", "TokenizerError"),
-              ("attn_cli.training.checkpoint", "CheckpointError"), ("attn_cli.training.step", "TrainingDiverged"),
-              ("attn_cli.config", "ConfigError")]
+    places = [
+        ("attn_cli.data.corpus", "DataError"),
+        ("attn_cli.data.tokenizer", "TokenizerError"),
+        ("attn_cli.training.checkpoint", "CheckpointError"),
+        ("attn_cli.training.step", "TrainingDiverged"),
+        ("attn_cli.config", "ConfigError"),
+    ]
     return [getattr(importlib.import_module(module), name) for module, name in places]
 
 

@@ -42,43 +42,58 @@ def test_a_built_in_config_is_found_by_name_from_any_directory(tmp_path, monkeyp
 
 def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="config file not found: nope.yaml; the built-in configs are en-zh.yaml, tiny.yaml"):
+    with pytest.raises(
+        ConfigError, match="config file not found: nope.yaml; the built-in configs are en-zh.yaml, tiny.yaml"
+    ):
         load_config("nope.yaml")
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("train:\n  seed: 123456789012345678901\n", "train.seed: 123456789012345678901 is out of range; a seed is a whole number from 0 to"),
-    ("data:\n  corpus:\n    path: c.tsv\n  split_seed: -1\n", "data.split_seed: -1 is out of range"),
-    ("decode:\n  seed: 4294967296\n", "decode.seed: 4294967296 is out of range"),
-    ("model:\n  d_model: 512\n  num_heads: 7\n", "model.num_heads: 7 must divide model.d_model=512"),
-    ("model:\n  d_modle: 512\n", "model.d_modle: unknown key; did you mean 'd_model'?"),
-    ("train:\n  lr: fast\n", "train.lr: 'fast' must be a number"),
-    ("train:\n  precision: fp8\n", "train.precision: 'fp8' is not one of"),
-    ("data:\n  corpus:\n    format: text\n", "data.corpus: format 'text' needs both src_path and tgt_path"),
-    ("model:\n  dropout: 1.5\n", "model.dropout: 1.5 must be in [0, 1)"),
-    ("tokenizer:\n  joint: false\n", "model.share_embeddings: true needs tokenizer.joint=true"),
-    ("bogus: 1\n", "bogus: unknown key"),
-    ("data:\n  corpus:\n    format: tsv\n", "data.corpus.path: format 'tsv' needs a file path"),
-    ("train:\n  max_steps: true\n", "train.max_steps: True must be a whole number"),
-    ("train:\n  join:\n    rate: 1.5\n", "train.join.rate: 1.5 must be in [0, 1]"),
-    ("train:\n  join:\n    max_pairs: 1\n", "train.join.max_pairs: 1 must be >= 2"),
-    ("model:\n  positions: learned\n  max_positions: 100\ntrain:\n  join:\n    rate: 0.1\n    max_tokens: 120\n",
-     "model.max_positions: 100 is shorter than the longest sentence data.max_*_tokens (or train.join.max_tokens) + 1 = 121"),
-    # Every number has a range: no NaN or infinity, nothing beyond 64 bits, and sizes that exist.
-    ("train:\n  lr: .nan\n", "train.lr: nan is not a usable number; give a finite one"),
-    ("train:\n  max_minutes: .inf\n", "train.max_minutes: inf is not a usable number"),
-    ("train:\n  betas: [0.9, .nan]\n", "train.betas[1]: nan is not a usable number"),
-    ("decode:\n  max_len_a: .inf\n", "decode.max_len_a: inf is not a usable number"),
-    ("model:\n  max_positions: 100000000000000000000\n", "model.max_positions: 100000000000000000000 is out of range; whole numbers here go up to 9,223,372,036,854,775,807"),
-    ("model:\n  max_positions: 2000000\n", "model.max_positions: 2,000,000 is more than 1,048,576"),
-    ("tokenizer:\n  vocab_size: 100000000000\n", "tokenizer.vocab_size: 100,000,000,000 is more than 1,000,000"),
-    ("train:\n  threads: 5000\n", "train.threads: 5,000 is more than 1,024"),
-    ("train:\n  weight_decay: -0.1\n", "train.weight_decay: -0.1 must be >= 0"),
-    ("decode:\n  beam_size: 100000000\n", "decode.beam_size: 100,000,000 is more than 1,024"),
-    ("decode:\n  max_len_b: 1000000000\n", "decode.max_len_b: 1,000,000,000 is more than 100,000"),
-    ("decode:\n  length_penalty: -1\n", "decode.length_penalty: -1.0 must be >= 0"),
-    ("decode:\n  no_repeat_ngram: -2\n", "decode.no_repeat_ngram: -2 must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "train:\n  seed: 123456789012345678901\n",
+            "train.seed: 123456789012345678901 is out of range; a seed is a whole number from 0 to",
+        ),
+        ("data:\n  corpus:\n    path: c.tsv\n  split_seed: -1\n", "data.split_seed: -1 is out of range"),
+        ("decode:\n  seed: 4294967296\n", "decode.seed: 4294967296 is out of range"),
+        ("model:\n  d_model: 512\n  num_heads: 7\n", "model.num_heads: 7 must divide model.d_model=512"),
+        ("model:\n  d_modle: 512\n", "model.d_modle: unknown key; did you mean 'd_model'?"),
+        ("train:\n  lr: fast\n", "train.lr: 'fast' must be a number"),
+        ("train:\n  precision: fp8\n", "train.precision: 'fp8' is not one of"),
+        ("data:\n  corpus:\n    format: text\n", "data.corpus: format 'text' needs both src_path and tgt_path"),
+        ("model:\n  dropout: 1.5\n", "model.dropout: 1.5 must be in [0, 1)"),
+        ("tokenizer:\n  joint: false\n", "model.share_embeddings: true needs tokenizer.joint=true"),
+        ("bogus: 1\n", "bogus: unknown key"),
+        ("data:\n  corpus:\n    format: tsv\n", "data.corpus.path: format 'tsv' needs a file path"),
+        ("train:\n  max_steps: true\n", "train.max_steps: True must be a whole number"),
+        ("train:\n  join:\n    rate: 1.5\n", "train.join.rate: 1.5 must be in [0, 1]"),
+        ("train:\n  join:\n    max_pairs: 1\n", "train.join.max_pairs: 1 must be >= 2"),
+        (
+            "model:\n  positions: learned\n  max_positions: 100\ntrain:\n  join:\n    rate: 0.1\n    max_tokens: 120\n",
+            "model.max_positions: 100 is shorter than the longest sentence data.max_*_tokens "
+            "(or train.join.max_tokens) + 1 = 121",
+        ),
+        # Every number has a range: no NaN or infinity, nothing beyond 64 bits, and sizes that exist.
+        ("train:\n  lr: .nan\n", "train.lr: nan is not a usable number; give a finite one"),
+        ("train:\n  max_minutes: .inf\n", "train.max_minutes: inf is not a usable number"),
+        ("train:\n  betas: [0.9, .nan]\n", "train.betas[1]: nan is not a usable number"),
+        ("decode:\n  max_len_a: .inf\n", "decode.max_len_a: inf is not a usable number"),
+        (
+            "model:\n  max_positions: 100000000000000000000\n",
+            "model.max_positions: 100000000000000000000 is out of range; "
+            "whole numbers here go up to 9,223,372,036,854,775,807",
+        ),
+        ("model:\n  max_positions: 2000000\n", "model.max_positions: 2,000,000 is more than 1,048,576"),
+        ("tokenizer:\n  vocab_size: 100000000000\n", "tokenizer.vocab_size: 100,000,000,000 is more than 1,000,000"),
+        ("train:\n  threads: 5000\n", "train.threads: 5,000 is more than 1,024"),
+        ("train:\n  weight_decay: -0.1\n", "train.weight_decay: -0.1 must be >= 0"),
+        ("decode:\n  beam_size: 100000000\n", "decode.beam_size: 100,000,000 is more than 1,024"),
+        ("decode:\n  max_len_b: 1000000000\n", "decode.max_len_b: 1,000,000,000 is more than 100,000"),
+        ("decode:\n  length_penalty: -1\n", "decode.length_penalty: -1.0 must be >= 0"),
+        ("decode:\n  no_repeat_ngram: -2\n", "decode.no_repeat_ngram: -2 must be >= 0"),
+    ],
+)
 def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
     with pytest.raises(ConfigError) as error:
         load_config(write(tmp_path, text))
@@ -88,8 +103,11 @@ def test_bad_values_name_the_yaml_path(tmp_path, text, expected):
 
 def test_a_file_that_is_not_yaml_text_is_one_line_saying_where(tmp_path):
     tabbed = write(tmp_path, "model:\n\td_model: 64\n")
-    with pytest.raises(ConfigError, match=r"config.yaml: not valid YAML at line 5, column 1: found character '\\t' "
-                                          r"that cannot start any token$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"config.yaml: not valid YAML at line 5, column 1: found character '\\t' "
+        r"that cannot start any token$",
+    ):
         load_config(tabbed)
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"model:\n  d_model: \xff\xfe\n")
@@ -111,8 +129,9 @@ def test_a_setting_named_in_a_problem_can_be_renamed_like_the_key():
     with pytest.raises(ConfigError) as error:
         DecodeConfig(beam_size=2, n_best=4).validate("decode")
     assert error.value.key == "decode.n_best" and error.value.mentions == {"beam_size": "decode.beam_size"}
-    assert str(error.value) == ("decode.n_best: 4 is more than beam_size=2; a beam of k keeps at most k "
-                                "translations, so raise beam_size")
+    assert str(error.value) == (
+        "decode.n_best: 4 is more than beam_size=2; a beam of k keeps at most k translations, so raise beam_size"
+    )
     renamed = error.value.describe({"decode.n_best": "-n", "decode.beam_size": "-b"})
     assert renamed == "-n: 4 is more than -b=2; a beam of k keeps at most k translations, so raise -b"
     with pytest.raises(ConfigError) as error:  # a problem of the whole section: its key can be left out
@@ -166,12 +185,22 @@ def test_train_lists_the_built_in_configs():
 def test_joined_pairs_set_the_longest_training_example_when_joining_is_on(tmp_path):
     from attn_cli.training.memory import worst_batch
 
-    plain = load_config(write(tmp_path, "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
-                                        "  max_target_tokens: 40\ntrain:\n  max_tokens: 1000\n"
-                                        "  join:\n    max_tokens: 99\n"))
+    plain = load_config(
+        write(
+            tmp_path,
+            "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+            "  max_target_tokens: 40\ntrain:\n  max_tokens: 1000\n"
+            "  join:\n    max_tokens: 99\n",
+        )
+    )
     assert plain.longest_training_sides() == (50, 40)  # rate 0: no pair is joined
-    joined = load_config(write(tmp_path, "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
-                                         "train:\n  max_tokens: 1000\n  join:\n    rate: 0.2\n    max_tokens: 99\n"))
+    joined = load_config(
+        write(
+            tmp_path,
+            "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+            "train:\n  max_tokens: 1000\n  join:\n    rate: 0.2\n    max_tokens: 99\n",
+        )
+    )
     assert joined.longest_training_sides() == (99, 99)
     assert (worst_batch(plain).rows, worst_batch(plain).source_length) == (1000 // 51, 51)
     assert (worst_batch(joined).rows, worst_batch(joined).source_length) == (1000 // 100, 100)

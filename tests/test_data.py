@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from attn_cli.config import CorpusConfig, DataConfig
+from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
 from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, iter_numbered_corpus, read_corpus
 from attn_cli.data.split import split_corpus
-from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 JSONL_RECORDS = [
@@ -69,8 +69,9 @@ def test_tsv_reads_pairs_and_reports_malformed_lines(messy_tsv: str) -> None:
 def test_report_summary_truncates_long_lists() -> None:
     report = ReadReport(skipped=[SkippedLine("a.txt", n, "empty target") for n in range(1, 9)])
     summary = report.summary(limit=3)
-    assert summary == ("skipped 8 malformed lines: a.txt:1 (empty target), a.txt:2 (empty target), "
-                       "a.txt:3 (empty target), and 5 more")
+    assert summary == (
+        "skipped 8 malformed lines: a.txt:1 (empty target), a.txt:2 (empty target), a.txt:3 (empty target), and 5 more"
+    )
 
 
 def test_tsv_strict_raises_with_file_and_line(messy_tsv: str) -> None:
@@ -82,7 +83,11 @@ def test_tsv_strict_raises_with_file_and_line(messy_tsv: str) -> None:
 
 def test_numbered_pairs_carry_the_line_they_were_read_from(messy_tsv: str, tmp_path: Path) -> None:
     # Blank and malformed lines are skipped, yet each pair keeps its own line.
-    assert list(iter_numbered_corpus(tsv_cfg(messy_tsv))) == [(1, ("Hi.", "嗨。")), (2, ("Run!", "跑！")), (6, ("Go.", "走。"))]
+    assert list(iter_numbered_corpus(tsv_cfg(messy_tsv))) == [
+        (1, ("Hi.", "嗨。")),
+        (2, ("Run!", "跑！")),
+        (6, ("Go.", "走。")),
+    ]
     src = write_bytes(tmp_path / "a.en", "A.\n\nC.\n".encode("utf-8"))
     tgt = write_bytes(tmp_path / "a.zh", "甲。\n\n丙。\n".encode("utf-8"))
     text = CorpusConfig(format="text", src_path=src, tgt_path=tgt)
@@ -143,7 +148,9 @@ def test_a_jsonl_lone_surrogate_is_a_malformed_line_not_a_later_failure(tmp_path
     path = write_bytes(tmp_path / "c.jsonl", b'{"en": "Hi.", "zh": "\\ud800"}\n{"en": "Go.", "zh": "\xe8\xb5\xb0"}\n')
     report = ReadReport()
     assert read_corpus(CorpusConfig(format="jsonl", path=path), report=report) == [("Go.", "走")]
-    assert [(s.line, s.reason) for s in report.skipped] == [(1, "a lone surrogate (a \\u escape that is half of a pair)")]
+    assert [(s.line, s.reason) for s in report.skipped] == [
+        (1, "a lone surrogate (a \\u escape that is half of a pair)")
+    ]
 
 
 def test_text_format_reads_aligned_files(tmp_path: Path) -> None:
@@ -182,7 +189,9 @@ def _compressed_copy(path: str, suffix: str) -> str:
 def test_compressed_tsv_reads_the_same_pairs_and_reports_the_same_lines(messy_tsv: str, suffix: str) -> None:
     plain_report, compressed_report = ReadReport(), ReadReport()
     compressed = _compressed_copy(messy_tsv, suffix)
-    assert read_corpus(tsv_cfg(compressed), report=compressed_report) == read_corpus(tsv_cfg(messy_tsv), report=plain_report)
+    assert read_corpus(tsv_cfg(compressed), report=compressed_report) == read_corpus(
+        tsv_cfg(messy_tsv), report=plain_report
+    )
     assert [(s.line, s.reason) for s in compressed_report.skipped] == [(s.line, s.reason) for s in plain_report.skipped]
     assert [s.source for s in compressed_report.skipped] == [compressed, compressed]
 
@@ -196,7 +205,9 @@ def test_compressed_jsonl_and_text_read_like_the_plain_files(tmp_path: Path, suf
     assert [s.line for s in report.skipped] == [2]
     src = write_bytes(tmp_path / "c.en", b"Hi.\nRun!\n")
     tgt = write_bytes(tmp_path / "c.zh", "嗨。\n跑！\n".encode("utf-8"))
-    compressed = CorpusConfig(format="text", src_path=_compressed_copy(src, suffix), tgt_path=_compressed_copy(tgt, suffix))
+    compressed = CorpusConfig(
+        format="text", src_path=_compressed_copy(src, suffix), tgt_path=_compressed_copy(tgt, suffix)
+    )
     assert read_corpus(compressed) == read_corpus(CorpusConfig(format="text", src_path=src, tgt_path=tgt))
 
 
@@ -247,8 +258,11 @@ def test_hf_saved_dataset_round_trip(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="src_field"):
         read_corpus(CorpusConfig(format="hf", path=str(saved), src_field="english"))
     (tmp_path / "not-saved").mkdir()
-    with pytest.raises(DataError, match=r"not-saved is not a saved dataset: .* \(check data.corpus.path; it must be a "
-                                        r"directory written by Dataset.save_to_disk\)$"):
+    with pytest.raises(
+        DataError,
+        match=r"not-saved is not a saved dataset: .* \(check data.corpus.path; it must be a "
+        r"directory written by Dataset.save_to_disk\)$",
+    ):
         read_corpus(CorpusConfig(format="hf", path=str(tmp_path / "not-saved")))
 
 
@@ -306,10 +320,13 @@ def test_the_streamed_split_is_the_split_of_the_corpus_held_in_memory(tmp_path: 
 
 def test_split_is_repeatable_per_seed(tmp_path: Path) -> None:
     pairs = duplicated_pairs()
-    assert split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3) == \
-        split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)
-    assert split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)[2] != \
-        split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=4)[2]
+    assert split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3) == split_of(
+        tmp_path, pairs, valid_size=30, test_size=40, split_seed=3
+    )
+    assert (
+        split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=3)[2]
+        != split_of(tmp_path, pairs, valid_size=30, test_size=40, split_seed=4)[2]
+    )
 
 
 def test_split_too_small_corpus_raises(tmp_path: Path) -> None:
@@ -426,7 +443,9 @@ def _plain_python_plan(examples, max_tokens, shuffle, seed=0, epoch=0) -> list[l
     resumed by this code continues the epoch order of one started before it."""
     rng = random.Random(seed * 1000003 + epoch)
     tie_break = [rng.random() for _ in examples] if shuffle else list(range(len(examples)))
-    order = sorted(range(len(examples)), key=lambda i: (len(examples[i].src) + 1, len(examples[i].tgt) + 1, tie_break[i]))
+    order = sorted(
+        range(len(examples)), key=lambda i: (len(examples[i].src) + 1, len(examples[i].tgt) + 1, tie_break[i])
+    )
     batches, batch, longest = [], [], 0
     for position in order:
         length = max(len(examples[position].src), len(examples[position].tgt)) + 1
@@ -444,7 +463,9 @@ def _plain_python_plan(examples, max_tokens, shuffle, seed=0, epoch=0) -> list[l
 def test_token_batches_plan_as_the_plain_python_batcher() -> None:
     examples = random_examples(700)
     for shuffle, seed, epoch, budget in [(False, 0, 0, 300), (True, 1, 0, 300), (True, 1, 3, 1000), (True, 7, 2, 64)]:
-        assert _plan(examples, budget, shuffle, seed, epoch) == _plain_python_plan(examples, budget, shuffle, seed, epoch)
+        assert _plan(examples, budget, shuffle, seed, epoch) == _plain_python_plan(
+            examples, budget, shuffle, seed, epoch
+        )
 
 
 def test_token_batches_cover_all_within_budget() -> None:
@@ -474,7 +495,7 @@ def test_token_batches_pad_less_than_random_batching() -> None:
     bucketed = _plan(examples, 400, shuffle=True, seed=0)
     sizes = [len(batch) for batch in bucketed]
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
-    random_batches = [shuffled[s:s + n] for s, n in zip(starts, sizes)]
+    random_batches = [shuffled[s : s + n] for s, n in zip(starts, sizes)]
     real = sum(max(len(e.src), len(e.tgt)) + 1 for e in examples)
     bucketed_ratio = real / sum(padded_cost(examples, b) for b in bucketed)
     random_ratio = real / sum(padded_cost(examples, b) for b in random_batches)

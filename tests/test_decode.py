@@ -2,16 +2,17 @@
 
 import pytest
 import torch
+from conftest import random_source, small_model
 
 from attn_cli.data.batching import Example, collate
 from attn_cli.decoding.greedy import greedy_decode
 from attn_cli.vocab import BOS_ID
 
-from conftest import random_source, small_model
 
-
-@pytest.mark.parametrize("variant", [dict(), dict(pre_norm=False), dict(positions="learned"),
-                                     dict(positions="relative"), dict(positions="rotary")])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(pre_norm=False), dict(positions="learned"), dict(positions="relative"), dict(positions="rotary")],
+)
 def test_cached_step_logits_equal_full_prefix_logits(variant):
     model = small_model(**variant)
     src = random_source(3, 7, lengths=[7, 4, 6])
@@ -70,13 +71,16 @@ def test_cache_selects_rows():
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("rows", [
-    [0, 1, 2, 3],  # nothing moves
-    [0, 0, 2, 3],  # one row takes another's history
-    [1, 0, 2, 3],  # a swap: each row is the other's origin
-    [3, 3, 0, 1],  # most rows move
-    [2, 0],  # rows leave
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [0, 1, 2, 3],  # nothing moves
+        [0, 0, 2, 3],  # one row takes another's history
+        [1, 0, 2, 3],  # a swap: each row is the other's origin
+        [3, 3, 0, 1],  # most rows move
+        [2, 0],  # rows leave
+    ],
+)
 def test_cache_reorders_rows_without_changing_any_logit(rows):
     # Four hypotheses of one source, as in a beam: the cross-attention keys stay one row.
     model = small_model()
@@ -137,7 +141,9 @@ def _teacher_forced_cached_logits(model, src, copies, steps, targets):
     logits = []
     for step in range(steps):
         rows = torch.tensor(sources).repeat_interleave(copies)
-        logits.append(model.decode(_hypothesis_targets(targets, rows, copies)[:, step : step + 1], encoded, cache)[:, -1])
+        logits.append(
+            model.decode(_hypothesis_targets(targets, rows, copies)[:, step : step + 1], encoded, cache)[:, -1]
+        )
         if step == 3:
             kept_sources = torch.tensor([0, 2])
             kept_rows = (kept_sources[:, None] * copies + torch.arange(copies)).flatten()

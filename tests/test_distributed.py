@@ -12,6 +12,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import REPO, small_model
 
 from attn_cli.config import load_config
 from attn_cli.data.batching import Example, collate
@@ -20,21 +21,33 @@ from attn_cli.training.precision import resolve_precision
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
 from attn_cli.training.signals import TrainingInterrupted
-from attn_cli.training.trainer import Trainer
 from attn_cli.training.step import TrainingObjective, TrainingStep
-
-from conftest import REPO, small_model
+from attn_cli.training.trainer import Trainer
 
 WORLD_SIZE = 2
 CPU = torch.device("cpu")
 
 # Small batches (1 to 3 examples), so shares differ in token count and some processes get none;
 # two batches per update, so DDP's no_sync path runs; no dropout, so one process can be compared.
-EQUIVALENCE = ["train.max_tokens=40", "train.accumulate=2", "train.max_steps=4", "train.valid_every=100",
-               "train.valid_bleu=false", "train.threads=1", "train.device=cpu", "model.dropout=0.0"]
+EQUIVALENCE = [
+    "train.max_tokens=40",
+    "train.accumulate=2",
+    "train.max_steps=4",
+    "train.valid_every=100",
+    "train.valid_bleu=false",
+    "train.threads=1",
+    "train.device=cpu",
+    "model.dropout=0.0",
+]
 # Dropout on: resuming must also continue each process's own random streams.
-RESUME = ["train.max_tokens=256", "train.valid_every=4", "train.valid_bleu=false", "train.threads=1",
-          "train.device=cpu", "model.dropout=0.1"]
+RESUME = [
+    "train.max_tokens=256",
+    "train.valid_every=4",
+    "train.valid_bleu=false",
+    "train.threads=1",
+    "train.device=cpu",
+    "model.dropout=0.1",
+]
 
 
 def tiny_config(run_dir, overrides):
@@ -54,8 +67,14 @@ def parameters_of(model):
 def step_examples():
     """Six examples of different lengths: uneven token counts between the processes' shares."""
     generator = torch.Generator().manual_seed(5)
-    return [Example(i, torch.randint(4, 50, (2 + i,), generator=generator).tolist(),
-                    torch.randint(4, 50, (7 - i,), generator=generator).tolist()) for i in range(6)]
+    return [
+        Example(
+            i,
+            torch.randint(4, 50, (2 + i,), generator=generator).tolist(),
+            torch.randint(4, 50, (7 - i,), generator=generator).tolist(),
+        )
+        for i in range(6)
+    ]
 
 
 def sgd_step(ranks, batches_of_positions):
@@ -67,8 +86,18 @@ def sgd_step(ranks, batches_of_positions):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     precision = resolve_precision("fp32", CPU)
     replica = ranks.replicate(TrainingObjective(model, 0.1))
-    update = TrainingStep(model, replica, optimizer, scheduler, precision.grad_scaler(CPU), precision, CPU,
-                          clip_norm=0.0, ranks=ranks, replica=replica)
+    update = TrainingStep(
+        model,
+        replica,
+        optimizer,
+        scheduler,
+        precision.grad_scaler(CPU),
+        precision,
+        CPU,
+        clip_norm=0.0,
+        ranks=ranks,
+        replica=replica,
+    )
     examples = step_examples()
     result = update([collate([examples[p] for p in ranks.share(positions)]) for positions in batches_of_positions])
     return parameters_of(model), result.loss
@@ -78,8 +107,9 @@ STEP_BATCHES = [[0, 1, 2], [3, 4, 5]]
 
 
 def _worker(rank, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(WORLD_SIZE), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), LOCAL_RANK=str(rank)
+    )
     os.chdir(REPO)  # configs/tiny.yaml: the repository's copy of the built-in config
     torch.set_num_threads(1)
     with process_group("cpu") as ranks:
@@ -106,8 +136,12 @@ def _worker(rank, port, out):
             pass
         finally:
             Trainer.train_step = real_step
-        torch.save({"stopped_at": torch.load(out / "resumed" / "checkpoints" / "last.pt", weights_only=False)["step"]}
-                   if rank == 0 else {}, out / f"stopped-rank{rank}.pt")
+        torch.save(
+            {"stopped_at": torch.load(out / "resumed" / "checkpoints" / "last.pt", weights_only=False)["step"]}
+            if rank == 0
+            else {},
+            out / f"stopped-rank{rank}.pt",
+        )
         ranks.gather(None)  # rank 0 has written last.pt before anyone resumes from it
         run_trainer(tiny_config(out / "resumed", [*RESUME, "train.max_steps=8"]), ranks, resume=True)
 
@@ -115,9 +149,18 @@ def _worker(rank, port, out):
         real_loss = Trainer.validation_loss
         Trainer.validation_loss = lambda self: 1.0
         try:
-            trainer = run_trainer(tiny_config(out / "early", [*RESUME, "train.max_steps=20", "train.valid_every=2",
-                                                              "train.early_stopping={metric: loss, patience: 1}"]),
-                                  ranks)
+            trainer = run_trainer(
+                tiny_config(
+                    out / "early",
+                    [
+                        *RESUME,
+                        "train.max_steps=20",
+                        "train.valid_every=2",
+                        "train.early_stopping={metric: loss, patience: 1}",
+                    ],
+                ),
+                ranks,
+            )
         finally:
             Trainer.validation_loss = real_loss
         torch.save({"step": trainer.step}, out / f"early-rank{rank}.pt")
@@ -145,7 +188,6 @@ def two_process_runs(tmp_path_factory):
     return out
 
 
-
 def test_the_update_of_two_processes_is_that_of_one_over_the_whole_batch(two_process_runs):
     expected_parameters, expected_loss = sgd_step(SINGLE_PROCESS, STEP_BATCHES)
     for rank in range(WORLD_SIZE):
@@ -155,8 +197,9 @@ def test_the_update_of_two_processes_is_that_of_one_over_the_whole_batch(two_pro
             torch.testing.assert_close(saved["parameters"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_two_processes_train_identical_weights_equal_to_one_process(two_process_runs, tmp_path, monkeypatch,
-                                                                     one_thread):
+def test_two_processes_train_identical_weights_equal_to_one_process(
+    two_process_runs, tmp_path, monkeypatch, one_thread
+):
     rank0 = torch.load(two_process_runs / "equivalence-rank0.pt")
     rank1 = torch.load(two_process_runs / "equivalence-rank1.pt")
     assert all(torch.equal(rank0[name], rank1[name]) for name in rank0), "the processes' weights diverged"
@@ -165,8 +208,9 @@ def test_two_processes_train_identical_weights_equal_to_one_process(two_process_
     single = run_trainer(tiny_config(tmp_path / "single", EQUIVALENCE))
     assert single.step == 4
     for name, tensor in parameters_of(single.model).items():
-        torch.testing.assert_close(without_key_bias(name, rank0[name]), without_key_bias(name, tensor),
-                                   rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(
+            without_key_bias(name, rank0[name]), without_key_bias(name, tensor), rtol=1e-5, atol=1e-6, msg=name
+        )
 
 
 def without_key_bias(name, tensor):
@@ -189,8 +233,9 @@ def test_a_signal_to_one_process_stops_both_and_the_resumed_run_is_exact(two_pro
     assert straight["step"] == resumed["step"] == 8
     assert all(torch.equal(straight["model"][name], resumed["model"][name]) for name in straight["model"])
     rng = straight["training_state"]["rng_by_rank"]
-    assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"]), \
+    assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"]), (
         "each process keeps its own dropout stream"
+    )
 
 
 def test_early_stopping_decided_on_rank_0_stops_both_processes_at_the_same_step(two_process_runs):
@@ -233,7 +278,9 @@ def test_each_process_reads_only_its_own_sentences_of_each_batch(tmp_path):
         shares = []
         for rank in range(WORLD_SIZE):
             Recorded.read = []
-            trainer = SimpleNamespace(ranks=Ranks(rank=rank, world_size=WORLD_SIZE), _epoch_examples=recorded, device=CPU)
+            trainer = SimpleNamespace(
+                ranks=Ranks(rank=rank, world_size=WORLD_SIZE), _epoch_examples=recorded, device=CPU
+            )
             batch = Trainer._local_batch(trainer, positions)
             assert batch.indices == Recorded.read  # what the batch holds is what was read
             shares.append(set(Recorded.read))

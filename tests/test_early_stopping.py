@@ -1,13 +1,12 @@
 """Early stopping ends training after `patience` validations without improvement, and says so."""
 
 import pytest
+from conftest import REPO
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
 from attn_cli.training.early_stopping import EarlyStopping
-
-from conftest import REPO
 
 
 def feed(stopper, values, key):
@@ -42,9 +41,22 @@ def test_training_stops_once_validation_stops_improving(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Trainer, "validation_loss", lambda self: 4.0)  # a plateau from the first validation
     monkeypatch.chdir(REPO)
-    result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}",
-                                      "--set", "train.valid_every=5", "--set", "train.valid_bleu=false",
-                                      "--set", "train.early_stopping={metric: loss, patience: 2}"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--config",
+            "configs/tiny.yaml",
+            "--set",
+            f"run_dir={tmp_path}",
+            "--set",
+            "train.valid_every=5",
+            "--set",
+            "train.valid_bleu=false",
+            "--set",
+            "train.early_stopping={metric: loss, patience: 2}",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "early stopping: validation loss has not improved for 2 validations" in result.output
     assert "trained 15 steps" in result.output  # best at 5, no better at 10 and 15, of max_steps 40

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from conftest import lively_model, random_source, small_model
+from reference_search import reference_beam_search
 
 from attn_cli.config import TokenizerConfig
 from attn_cli.data.tokenizer import Tokenizers, train_sentencepiece
@@ -11,16 +13,15 @@ from attn_cli.decoding.greedy import greedy_search
 from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, PAD_ID
 
-from conftest import lively_model, random_source, small_model
-from reference_search import reference_beam_search
-
 SHORT = dict(max_len_a=1.0, max_len_b=6)
 
 
 def _searches(model, src):
     """Greedy and beam search results of `model` (a model or an ensemble) as comparable tuples."""
-    return {"greedy": greedy_search(model, src, alpha=0.6, **SHORT),
-            "beam": beam_search(model, src, beam_size=3, alpha=0.6, n_best=3, **SHORT)}
+    return {
+        "greedy": greedy_search(model, src, alpha=0.6, **SHORT),
+        "beam": beam_search(model, src, beam_size=3, alpha=0.6, n_best=3, **SHORT),
+    }
 
 
 def _as_tuples(results):
@@ -60,8 +61,9 @@ def test_the_first_step_log_probs_of_two_models_are_the_mean_of_theirs():
     src = random_source(3, 6, lengths=[6, 3, 5])
     ensemble = Ensemble([first, second])
     with torch.inference_mode():
-        combined = ensemble.next_log_probs(torch.full((3, 1), BOS_ID), ensemble.encode(src), ensemble.new_cache(),
-                                           at_limit=None, exact=False)
+        combined = ensemble.next_log_probs(
+            torch.full((3, 1), BOS_ID), ensemble.encode(src), ensemble.new_cache(), at_limit=None, exact=False
+        )
         theirs = _log_probs(first, src), _log_probs(second, src)
     torch.testing.assert_close(combined, (theirs[0] + theirs[1]) / 2, atol=1e-6, rtol=0)
     assert not torch.allclose(theirs[0][:, 4:], theirs[1][:, 4:], atol=1e-3)  # two models that disagree
@@ -79,7 +81,9 @@ def test_ensemble_beam_search_equals_the_reference_search(prefix, beam_size, alp
     forced = torch.tensor([list(prefix)] * 4, dtype=torch.long)
     batched = beam_search(ensemble, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=forced)
     for row in range(src.shape[0]):
-        reference = reference_beam_search(ensemble, src[row][src[row] != 0], beam_size, alpha, 1.0, 6, beam_size, prefix)
+        reference = reference_beam_search(
+            ensemble, src[row][src[row] != 0], beam_size, alpha, 1.0, 6, beam_size, prefix
+        )
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
         assert [h.score for h in batched[row]] == pytest.approx([h.score for h in reference], abs=1e-4)
 

@@ -26,8 +26,11 @@ TESTED = SOURCES[::5] + ["Tom is late, but where is the station?", "Hi.", "a b c
 
 def _random_model(model_cfg: ModelConfig, joint: bool):
     """A config, tokenizers and random weights scaled up so that each input gets its own output."""
-    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=model_cfg,
-                 tokenizer=TokenizerConfig(vocab_size=320 if joint else 300, character_coverage=1.0, joint=joint))
+    cfg = Config(
+        data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+        model=model_cfg,
+        tokenizer=TokenizerConfig(vocab_size=320 if joint else 300, character_coverage=1.0, joint=joint),
+    )
     tokenizers = train_tokenizers(SOURCES, TARGETS, cfg.tokenizer)
     torch.manual_seed(0)
     model = build_model(model_cfg, tokenizers.source.vocab_size, tokenizers.target.vocab_size).eval()
@@ -50,22 +53,35 @@ VARIANTS = {
 def test_a_float32_export_searches_like_attn(tmp_path, variant):
     """Random weights, scaled up: each input gets its own output, most of them cut at the length limit."""
     settings, joint = VARIANTS[variant]
-    model_cfg = ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
-                            max_positions=160, **settings)
+    model_cfg = ModelConfig(
+        d_model=32,
+        num_heads=4,
+        ffn_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        max_positions=160,
+        **settings,
+    )
     cfg, tokenizers, model = _random_model(model_cfg, joint)
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
-    for options in (DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=5),
-                    DecodeConfig(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=5)):
+    for options in (
+        DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=5),
+        DecodeConfig(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=5),
+    ):
         # attn's search without its UTF-8 constraint, which CTranslate2 has no counterpart of: random
         # weights write byte pieces freely.
-        ours = translate_sentences(None, tokenizers, TESTED, options, 63, "zh",
-                                   search=lambda src: decode_batch(model, src, options))
-        theirs = translate_sentences(None, exported.tokenizers, TESTED, options, 63, "zh",
-                                     search=lambda src: exported.search(src, options))
+        ours = translate_sentences(
+            None, tokenizers, TESTED, options, 63, "zh", search=lambda src: decode_batch(model, src, options)
+        )
+        theirs = translate_sentences(
+            None, exported.tokenizers, TESTED, options, 63, "zh", search=lambda src: exported.search(src, options)
+        )
         same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
-        assert same >= (len(TESTED) if options.beam_size == 1 else 0.95 * len(TESTED)), \
+        assert same >= (len(TESTED) if options.beam_size == 1 else 0.95 * len(TESTED)), (
             f"beam {options.beam_size}: {len(TESTED) - same} of {len(TESTED)} best hypotheses differ"
+        )
         if options.beam_size == 1:
             assert [t.scores[0] for t in theirs] == pytest.approx([o.scores[0] for o in ours], abs=1e-3)
     assert len({tuple(t.tokens[0]) for t in ours}) >= 5, "the outputs must differ from input to input"
@@ -82,11 +98,32 @@ def post_ln_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
-        result = CliRunner().invoke(app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run}",
-                                          "--set", "model.norm=post", "--set", "model.positions=learned",
-                                          "--set", "tokenizer.joint=false", "--set", "model.share_embeddings=false",
-                                          "--set", "tokenizer.vocab_size=1500", "--set", "train.valid_bleu=false",
-                                          "--set", "train.max_steps=30", "--set", "train.valid_every=30"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "train",
+                "--config",
+                "configs/tiny.yaml",
+                "--set",
+                f"run_dir={run}",
+                "--set",
+                "model.norm=post",
+                "--set",
+                "model.positions=learned",
+                "--set",
+                "tokenizer.joint=false",
+                "--set",
+                "model.share_embeddings=false",
+                "--set",
+                "tokenizer.vocab_size=1500",
+                "--set",
+                "train.valid_bleu=false",
+                "--set",
+                "train.max_steps=30",
+                "--set",
+                "train.valid_every=30",
+            ],
+        )
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
@@ -103,11 +140,14 @@ def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, requ
     loaded = load_checkpoint(run / "checkpoints" / "best.pt")
     export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
-    sentences = [line for split in ("test", "valid") for line in (run / "data" / f"{split}.en").read_text().splitlines()]
+    sentences = [
+        line for split in ("test", "valid") for line in (run / "data" / f"{split}.en").read_text().splitlines()
+    ]
     for options in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=2)):
         ours = translate_sentences(loaded.model, loaded.tokenizers, sentences, options, 255, "zh")
-        theirs = translate_sentences(None, exported.tokenizers, sentences, options, 255, "zh",
-                                     search=lambda src: exported.search(src, options))
+        theirs = translate_sentences(
+            None, exported.tokenizers, sentences, options, 255, "zh", search=lambda src: exported.search(src, options)
+        )
         same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
         if options.beam_size == 1:
             assert same == len(sentences)
@@ -132,9 +172,12 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
     assert [line for line in after.stdout.splitlines()] and len(after.stdout.splitlines()) == 3
     assert _texts(after.stdout) == _texts(before.stdout)
     refused = runner.invoke(app, ["translate", "--model", str(exported), "--prefix", "我", "Hello."])
-    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr
-    int8 = runner.invoke(app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output",
-                               str(tmp_path / "int8")])
+    assert (
+        refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr
+    )
+    int8 = runner.invoke(
+        app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output", str(tmp_path / "int8")]
+    )
     assert int8.exit_code == 2 and "checkpoint not found" in int8.output
 
 
@@ -149,9 +192,14 @@ def test_export_refusals_are_one_line(trained_run, tmp_path, monkeypatch):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine\n")
-    cases = [(["--run", str(trained_run), "--output", str(taken)], "already exists and is not an empty directory"),
-             (["--run", str(tmp_path / "no-run"), "--output", str(tmp_path / "x")], "no checkpoint in"),
-             (["--run", str(trained_run), "--output", str(tmp_path / "y"), "--quantization", "int3"], "is not one CTranslate2 offers")]
+    cases = [
+        (["--run", str(trained_run), "--output", str(taken)], "already exists and is not an empty directory"),
+        (["--run", str(tmp_path / "no-run"), "--output", str(tmp_path / "x")], "no checkpoint in"),
+        (
+            ["--run", str(trained_run), "--output", str(tmp_path / "y"), "--quantization", "int3"],
+            "is not one CTranslate2 offers",
+        ),
+    ]
     for args, expected in cases:
         result = runner.invoke(app, ["export", *args])
         assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output, result.output
@@ -164,8 +212,9 @@ def test_export_refusals_are_one_line(trained_run, tmp_path, monkeypatch):
 
 
 def test_exporting_leaves_the_model_as_it_was(tmp_path):
-    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
-                                                       decoder_layers=1, dropout=0.0), True)
+    cfg, tokenizers, model = _random_model(
+        ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
+    )
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     for quantization in ("int8", "float16", "bfloat16"):
         export(cfg, tokenizers, model, tmp_path / quantization, quantization)
@@ -173,15 +222,17 @@ def test_exporting_leaves_the_model_as_it_was(tmp_path):
 
 
 def test_sampling_with_a_seed_repeats(tmp_path):
-    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
-                                                       decoder_layers=1, dropout=0.0), True)
+    cfg, tokenizers, model = _random_model(
+        ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
+    )
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     options = DecodeConfig(sample=True, n_best=3, seed=7, max_len_b=5, max_len_a=1.0)
 
     def sampled():  # as two runs of attn translate --sample --seed 7 would
         exported = load_exported(tmp_path / "exported", threads=1)
-        return translate_sentences(None, exported.tokenizers, TESTED[:5], options, 63, "zh",
-                                   search=lambda src: exported.search(src, options))
+        return translate_sentences(
+            None, exported.tokenizers, TESTED[:5], options, 63, "zh", search=lambda src: exported.search(src, options)
+        )
 
     first, again = sampled(), sampled()
     assert [t.tokens for t in first] == [t.tokens for t in again] and all(len(t.texts) == 3 for t in first)
@@ -190,11 +241,19 @@ def test_sampling_with_a_seed_repeats(tmp_path):
 def test_outputs_stop_where_the_exported_positions_end(tmp_path):
     from attn_cli.export.convert import SINUSOIDAL_ROWS
 
-    cfg, tokenizers, model = _random_model(ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1,
-                                                       decoder_layers=1, dropout=0.0), True)
+    cfg, tokenizers, model = _random_model(
+        ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
+    )
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
     options = DecodeConfig(beam_size=1, max_len_b=SINUSOIDAL_ROWS + 100)  # beyond the table, which attn lacks
-    (translation,) = translate_sentences(None, exported.tokenizers, ["sentence number 3"], options, 63, "zh",
-                                         search=lambda src: exported.search(src, options))
+    (translation,) = translate_sentences(
+        None,
+        exported.tokenizers,
+        ["sentence number 3"],
+        options,
+        63,
+        "zh",
+        search=lambda src: exported.search(src, options),
+    )
     assert len(translation.tokens[0]) <= SINUSOIDAL_ROWS - 1

@@ -17,7 +17,9 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_temporary(tmp_path):
         with written_whole(target) as handle:
             handle.write("half of the new")
             raise KeyboardInterrupt
-    with pytest.raises(WriteError, match=r"^cannot write .*config.yaml: No space left on device; the previous config.yaml is intact$"):
+    with pytest.raises(
+        WriteError, match=r"^cannot write .*config.yaml: No space left on device; the previous config.yaml is intact$"
+    ):
         with written_whole(target) as handle:
             raise OSError(28, "No space left on device")
     assert target.read_text() == "before\n" and os.listdir(tmp_path) == ["config.yaml"]

@@ -4,14 +4,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO
 
 from attn_cli.config import ConfigError, load_config
 from attn_cli.data.batching import collate, token_batches
 from attn_cli.training.checkpoint import load_checkpoint
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
-
-from conftest import REPO
 
 
 def tiny(run_dir: Path, *settings: str):
@@ -21,8 +20,14 @@ def tiny(run_dir: Path, *settings: str):
 def test_a_fine_tuned_run_starts_from_exactly_the_checkpoint_with_a_new_optimizer(trained_run, tmp_path):
     base = load_checkpoint(trained_run / "checkpoints" / "best.pt")
     # Another slice of the corpus and another seed: the data is the new run's own.
-    cfg = tiny(tmp_path / "fine", f"train.init_from={trained_run}", "data.max_pairs=400", "data.split_seed=5",
-               "train.seed=9", "tokenizer.vocab_size=1000")
+    cfg = tiny(
+        tmp_path / "fine",
+        f"train.init_from={trained_run}",
+        "data.max_pairs=400",
+        "data.split_seed=5",
+        "train.seed=9",
+        "tokenizer.vocab_size=1000",
+    )
     setup = setup_training(cfg, TrainingDisplay(quiet=True))
     assert setup.tokenizers.source.model_proto == base.tokenizers.source.model_proto, "the tokenizer is not retrained"
     saved = (tmp_path / "fine" / "tokenizer" / "joint.model").read_bytes()
@@ -36,8 +41,9 @@ def test_a_fine_tuned_run_starts_from_exactly_the_checkpoint_with_a_new_optimize
     assert setup.scheduler.get_last_lr()[0] < cfg.train.lr, "its own warmup starts again from a small rate"
 
 
-@pytest.mark.parametrize("setting, key", [("model.d_model=64", "model.d_model"),
-                                          ("tokenizer.vocab_size=2000", "tokenizer.vocab_size")])
+@pytest.mark.parametrize(
+    "setting, key", [("model.d_model=64", "model.d_model"), ("tokenizer.vocab_size=2000", "tokenizer.vocab_size")]
+)
 def test_a_model_or_tokenizer_setting_that_differs_is_refused_by_its_key(trained_run, tmp_path, setting, key):
     cfg = tiny(tmp_path / "fine", f"train.init_from={trained_run}", setting)
     with pytest.raises(ConfigError) as refused:

@@ -29,16 +29,20 @@ def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
     assert parse_inputs(lines, "jsonl", "in.jsonl", prefix="我")[1] == ["你", "我", "我", ""]
 
 
-@pytest.mark.parametrize("line,problem", [
-    ("Hello.", "not JSON (Expecting value at column 1)"),
-    ('["Hello."]', "a JSON array, not an object"),
-    ('{"prefix": "你"}', "no 'source'"),
-    ('{"source": "Hello.", "prefx": "你"}', "unknown key 'prefx'"),
-    ('{"source": 3}', "'source' is a JSON number, not a string"),
-    ('{"source": "Hello.", "prefix": null}', "'prefix' is a JSON null, not a string"),
-])
+@pytest.mark.parametrize(
+    "line,problem",
+    [
+        ("Hello.", "not JSON (Expecting value at column 1)"),
+        ('["Hello."]', "a JSON array, not an object"),
+        ('{"prefix": "你"}', "no 'source'"),
+        ('{"source": "Hello.", "prefx": "你"}', "unknown key 'prefx'"),
+        ('{"source": 3}', "'source' is a JSON number, not a string"),
+        ('{"source": "Hello.", "prefix": null}', "'prefix' is a JSON null, not a string"),
+    ],
+)
 def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem):
     with pytest.raises(UserError) as error:
         parse_inputs(['{"source": "fine"}', line], "jsonl", "in.jsonl", first_number=7)
-    assert str(error.value) == (f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "..."}} '
-                                f'("prefix" optional)')
+    assert str(error.value) == (
+        f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "..."}} ("prefix" optional)'
+    )

@@ -8,8 +8,9 @@ from attn_cli.data.joining import JoinSettings, join_epoch, plan_groups, separat
 from attn_cli.data.prepared import TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
 
-SETTINGS = JoinSettings(rate=0.3, max_pairs=3, max_source_tokens=40, max_target_tokens=40,
-                        source_separator=" ", target_separator="")
+SETTINGS = JoinSettings(
+    rate=0.3, max_pairs=3, max_source_tokens=40, max_target_tokens=40, source_separator=" ", target_separator=""
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,9 @@ def test_joining_a_chunk_at_a_time_gives_the_same_epoch(base_and_tokenizers, mon
 
 def test_no_pair_joined_when_none_fits(base_and_tokenizers):
     base, tokenizers = base_and_tokenizers
-    tight = JoinSettings(rate=0.5, max_pairs=3, max_source_tokens=1, max_target_tokens=1,
-                         source_separator=" ", target_separator="")
+    tight = JoinSettings(
+        rate=0.5, max_pairs=3, max_source_tokens=1, max_target_tokens=1, source_separator=" ", target_separator=""
+    )
     epoch = join_epoch(base, tokenizers, tight, seed=1, epoch=1)
     assert epoch.joined_count == 0 and epoch.singles.tolist() == list(range(len(base)))
     assert epoch.src_lengths.tolist() == base.src_lengths.tolist()

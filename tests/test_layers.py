@@ -67,8 +67,10 @@ def test_each_layer_imports_only_the_layers_before_it():
             if target_layer not in {layer, "foundation"} | ALLOWED[layer]:
                 wrong.append(f"{module} ({layer}) imports {target} ({target_layer})")
             if layer == "foundation" and target_layer == "foundation" and target not in (module, "attn_cli.errors"):
-                wrong.append(f"{module} imports {target}: the foundation modules import nothing of attn "
-                             f"but errors, which imports nothing")
+                wrong.append(
+                    f"{module} imports {target}: the foundation modules import nothing of attn "
+                    f"but errors, which imports nothing"
+                )
     assert not wrong, "\n".join(wrong)
 
 
@@ -81,7 +83,9 @@ def test_the_model_imports_nothing_but_torch_and_its_ids():
                     top = name.split(".")[0]
                     assert top in {"torch", "math", "dataclasses", "typing", "__future__", "attn_cli"}, (path, name)
                     if top == "attn_cli":  # the config only for build_model's annotation
-                        allowed = ("attn_cli.model", "attn_cli.vocab") + (("attn_cli.config",) if path.name == "transformer.py" else ())
+                        allowed = ("attn_cli.model", "attn_cli.vocab") + (
+                            ("attn_cli.config",) if path.name == "transformer.py" else ()
+                        )
                         assert name.startswith(allowed), (path, name)
 
 
@@ -93,7 +97,7 @@ def test_no_module_imports_itself_back_through_others():
         state[module] = "open"
         for target in sorted(graph.get(module, ())):
             if state.get(target) == "open":
-                cycle = trail[trail.index(target):] + [target] if target in trail else [module, target]
+                cycle = trail[trail.index(target) :] + [target] if target in trail else [module, target]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, trail + [target])

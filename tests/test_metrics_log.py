@@ -4,8 +4,8 @@ import json
 import sys
 import types
 
-from attn_cli.training.metrics_log import MetricsLog
 from attn_cli.paths import RunPaths
+from attn_cli.training.metrics_log import MetricsLog
 
 METRICS = {"step": 500, "epoch": 2, "elapsed": 61.0, "valid_loss": 2.5, "valid_ppl": 12.2, "valid_bleu": 20.1}
 
@@ -44,8 +44,14 @@ def test_with_tensorboard_validation_and_training_scalars_are_written(tmp_path, 
     log.close()
     (writer,) = RecordingWriter.made
     assert writer.log_dir == str(tmp_path / "tensorboard") and writer.purge_step == 400 and writer.closed
-    assert writer.scalars == [("valid/loss", 2.5, 500), ("valid/ppl", 12.2, 500), ("valid/bleu", 20.1, 500),
-                              ("train/loss", 2.4, 510), ("train/lr", 1e-3, 510), ("train/tokens_per_second", 5000.0, 510)]
+    assert writer.scalars == [
+        ("valid/loss", 2.5, 500),
+        ("valid/ppl", 12.2, 500),
+        ("valid/bleu", 20.1, 500),
+        ("train/loss", 2.4, 510),
+        ("train/lr", 1e-3, 510),
+        ("train/tokens_per_second", 5000.0, 510),
+    ]
     assert (tmp_path / "metrics.jsonl").is_file()
 
 

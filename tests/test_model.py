@@ -2,15 +2,20 @@
 
 import pytest
 import torch
+from conftest import random_source, small_model
 
 from attn_cli.data.batching import Example, collate
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.vocab import BOS_ID, PAD_ID
 
-from conftest import random_source, small_model
-
-VARIANTS = [dict(), dict(pre_norm=False), dict(positions="learned"), dict(share_embeddings=False, tgt_vocab_size=40),
-            dict(positions="relative"), dict(positions="rotary")]
+VARIANTS = [
+    dict(),
+    dict(pre_norm=False),
+    dict(positions="learned"),
+    dict(share_embeddings=False, tgt_vocab_size=40),
+    dict(positions="relative"),
+    dict(positions="rotary"),
+]
 
 
 def test_explicit_attention_path_equals_fused_kernel_and_returns_weights():
@@ -78,8 +83,10 @@ def test_permuting_the_source_changes_the_output(positions):
 def test_padding_changes_no_encoder_output_or_logits(variant):
     model = small_model(**variant)
     vocab = model.tgt_embedding.num_embeddings
-    examples = [Example(i, torch.randint(4, 50, (n,)).tolist(), torch.randint(4, vocab, (m,)).tolist())
-                for i, (n, m) in enumerate([(9, 7), (3, 2), (6, 9)])]
+    examples = [
+        Example(i, torch.randint(4, 50, (n,)).tolist(), torch.randint(4, vocab, (m,)).tolist())
+        for i, (n, m) in enumerate([(9, 7), (3, 2), (6, 9)])
+    ]
     batch = collate(examples)
     encoded = model.encode(batch.src)
     logits = model.decode(batch.tgt_in, encoded)
@@ -128,6 +135,7 @@ def _gradients_and_layer_calls(checkpointing: bool):
         def run(*args, **kwargs):
             calls.append(1)
             return forward(*args, **kwargs)
+
         return run
 
     for layer in [*model.encoder_layers, *model.decoder_layers]:

@@ -2,17 +2,16 @@
 
 import pytest
 import torch
+from conftest import lively_model, random_source, small_model
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
 from attn_cli.decoding.hypothesis import ban_repeated_ngrams
 from attn_cli.vocab import BOS_ID
 
-from conftest import lively_model, random_source, small_model
-
 
 def repeats(tokens: list[int], n: int) -> bool:
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return len(grams) != len(set(grams))
 
 

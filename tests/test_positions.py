@@ -2,12 +2,11 @@
 
 import pytest
 import torch
+from conftest import small_model
 
 from attn_cli.model.attention import MultiHeadAttention, causal_mask
 from attn_cli.model.positions import RelativePositionBias, RotaryPositions, relative_buckets
 from attn_cli.vocab import BOS_ID, EOS_ID
-
-from conftest import small_model
 
 
 def test_buckets_match_a_table_computed_by_hand():
@@ -35,8 +34,10 @@ def test_the_bias_depends_on_the_distance_alone_and_a_cached_step_gets_its_own_r
 def test_rotated_query_key_products_depend_on_the_distance_alone():
     rotary = RotaryPositions(head_dim=8)
     q, k = torch.randn(1, 1, 8), torch.randn(1, 1, 8)
+
     def product(query_position, key_position):
         return (rotary.rotate(q, query_position) * rotary.rotate(k, key_position)).sum()
+
     torch.testing.assert_close(product(5, 2), product(105, 102), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(product(5, 2), product(5, 3))
     torch.testing.assert_close(rotary.rotate(q, 0), q)  # position 0 is no rotation
@@ -48,8 +49,11 @@ def test_the_fused_kernel_and_the_explicit_formula_agree_with_relative_positions
     attention = MultiHeadAttention(32, 4).eval()
     x = torch.randn(2, 6, 32)
     mask = causal_mask(6, torch.device("cpu"))
-    extra = (dict(bias=RelativePositionBias(4, False, 32)(0, 6, 6)) if scheme == "bias"
-             else dict(rotary=RotaryPositions(8), start=3))
+    extra = (
+        dict(bias=RelativePositionBias(4, False, 32)(0, 6, 6))
+        if scheme == "bias"
+        else dict(rotary=RotaryPositions(8), start=3)
+    )
     fused, _ = attention(x, mask=mask, **extra)
     explicit, weights = attention(x, mask=mask, need_weights=True, **extra)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
@@ -66,13 +70,13 @@ def reversal_batch(generator: torch.Generator, batch: int = 32, length: int = 6,
     return src, tgt_in, tgt_out
 
 
-
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
 def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
     """Reversing needs positions: without them the encoder could not tell the tokens' order."""
     torch.manual_seed(0)
-    model = small_model(positions=positions, src_vocab_size=12, tgt_vocab_size=12, encoder_layers=1,
-                        decoder_layers=1).train()
+    model = small_model(
+        positions=positions, src_vocab_size=12, tgt_vocab_size=12, encoder_layers=1, decoder_layers=1
+    ).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
     for _ in range(600):

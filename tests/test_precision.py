@@ -10,8 +10,10 @@ from attn_cli.training.precision import cpu_bf16_flags, resolve_precision
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name, dtype, scaled", [("fp32", torch.float32, False), ("bf16", torch.bfloat16, False),
-                                                 ("fp16", torch.float16, True)])
+@pytest.mark.parametrize(
+    "name, dtype, scaled",
+    [("fp32", torch.float32, False), ("bf16", torch.bfloat16, False), ("fp16", torch.float16, True)],
+)
 def test_each_precision_is_one_autocast_dtype_and_only_fp16_scales(name, dtype, scaled):
     chosen = resolve_precision(name, CPU)
     layer = torch.nn.Linear(4, 4)

@@ -10,6 +10,8 @@ all k beams extend it, where the unconstrained beam shared them with other hypot
 
 import pytest
 import torch
+from conftest import lively_model, random_source, small_model
+from reference_search import reference_beam_search
 
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate
@@ -18,9 +20,6 @@ from attn_cli.decoding.greedy import greedy_search
 from attn_cli.decoding.hypothesis import next_token_log_probs
 from attn_cli.decoding.translate import decode_batch
 from attn_cli.vocab import BOS_ID
-
-from conftest import lively_model, random_source, small_model
-from reference_search import reference_beam_search
 
 SHORT = dict(max_len_a=1.0, max_len_b=6)
 
@@ -83,7 +82,9 @@ def test_beam_search_from_a_prefix_equals_the_reference_search(seed, beam_size, 
     prefix = [11, 23]
     batched = beam_search(model, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=_prefix(4, prefix))
     for row in range(src.shape[0]):
-        reference = reference_beam_search(model, _unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix))
+        reference = reference_beam_search(
+            model, _unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix)
+        )
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
         for ours, theirs in zip(batched[row], reference):
             assert ours.score == pytest.approx(theirs.score, abs=1e-4)
@@ -121,8 +122,9 @@ def test_the_cache_primed_in_one_call_equals_the_cache_built_token_by_token():
             torch.testing.assert_close(primed.cross_values, stepped.cross_values, atol=1e-5, rtol=0)
         # and the next step goes on alike from either
         step = torch.tensor([[5], [6], [7]])
-        torch.testing.assert_close(model.decode(step, encoded, at_once), model.decode(step, encoded, one_by_one),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            model.decode(step, encoded, at_once), model.decode(step, encoded, one_by_one), atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
@@ -130,8 +132,11 @@ def test_the_search_primes_the_cache_in_one_decoder_call(search, monkeypatch):
     model = lively_model(0)
     widths = []
     decode = model.decode
-    monkeypatch.setattr(model, "decode", lambda tgt_in, *args, **kwargs: widths.append(tgt_in.shape[1]) or
-                        decode(tgt_in, *args, **kwargs))
+    monkeypatch.setattr(
+        model,
+        "decode",
+        lambda tgt_in, *args, **kwargs: widths.append(tgt_in.shape[1]) or decode(tgt_in, *args, **kwargs),
+    )
     src = random_source(2, 6)
     prefix = _prefix(2, [8, 9, 10, 11])
     if search == "greedy":
@@ -178,4 +183,6 @@ def test_a_batch_with_prefixes_of_different_lengths_equals_each_sentence_alone(o
             assert ours.score == pytest.approx(theirs.score, abs=1e-4)
     # no prefix at all: the batch as it always was
     unforced = decode_batch(model, batch.src, options, prefixes=[[] for _ in sources])
-    assert [[h.tokens for h in hs] for hs in unforced] == [[h.tokens for h in hs] for hs in decode_batch(model, batch.src, options)]
+    assert [[h.tokens for h in hs] for hs in unforced] == [
+        [h.tokens for h in hs] for hs in decode_batch(model, batch.src, options)
+    ]

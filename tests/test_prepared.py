@@ -21,10 +21,17 @@ PAIRS = [(f"sentence number {i} " + "word " * (i % 12), f"句子{i}号" + "字" 
 def setting(tmp_path):
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS), encoding="utf-8")
-    cfg = Config(run_dir=str(tmp_path / "run"),
-                 data=DataConfig(corpus=CorpusConfig(path=str(corpus)), valid_size=20, test_size=20, max_source_tokens=22,
-                                 max_length_ratio=6.0),
-                 tokenizer=TokenizerConfig(vocab_size=300, character_coverage=1.0))
+    cfg = Config(
+        run_dir=str(tmp_path / "run"),
+        data=DataConfig(
+            corpus=CorpusConfig(path=str(corpus)),
+            valid_size=20,
+            test_size=20,
+            max_source_tokens=22,
+            max_length_ratio=6.0,
+        ),
+        tokenizer=TokenizerConfig(vocab_size=300, character_coverage=1.0),
+    )
     tokenizers = train_tokenizers([s for s, _ in PAIRS], [t for _, t in PAIRS], cfg.tokenizer)
     return cfg, tokenizers, corpus
 
@@ -32,6 +39,7 @@ def setting(tmp_path):
 def _no_reading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the corpus was read again")
+
     monkeypatch.setattr(prepare_module, "read_split", refuse)
 
 
@@ -42,16 +50,22 @@ def test_the_prepared_pairs_are_the_tokenized_and_filtered_split(setting, monkey
     prepared = prepare_data(cfg, tokenizers, log=lambda message: None)
     split = prepare_module.read_split(cfg, log=lambda message: None)
     train = list(split.train_pairs())
-    kept = [e for e in encode_pairs(train, tokenizers) if 1 <= len(e.src) <= 22 and 1 <= len(e.tgt) <= 128
-            and max(len(e.src), len(e.tgt)) / min(len(e.src), len(e.tgt)) <= cfg.data.max_length_ratio]
+    kept = [
+        e
+        for e in encode_pairs(train, tokenizers)
+        if 1 <= len(e.src) <= 22
+        and 1 <= len(e.tgt) <= 128
+        and max(len(e.src), len(e.tgt)) / min(len(e.src), len(e.tgt)) <= cfg.data.max_length_ratio
+    ]
     assert 0 < len(prepared.train) == len(kept) < len(train) == split.train_count
     assert [(e.src, e.tgt) for e in prepared.train] == [(e.src, e.tgt) for e in kept]
     assert prepared.valid == split.valid and prepared.test == split.test
     assert isinstance(prepared.train.src_ids, np.memmap), "opened memory-mapped"
     # Batches planned from the length arrays are those planned from the examples themselves.
     for shuffle in (False, True):
-        assert ([b.tolist() for b in token_batches(prepared.train, 200, shuffle, seed=3, epoch=2)]
-                == [b.tolist() for b in token_batches(kept, 200, shuffle, seed=3, epoch=2)])
+        assert [b.tolist() for b in token_batches(prepared.train, 200, shuffle, seed=3, epoch=2)] == [
+            b.tolist() for b in token_batches(kept, 200, shuffle, seed=3, epoch=2)
+        ]
     first = token_batches(prepared.train, 200, True)[0]
     assert collate([prepared.train[p] for p in first]).src.tolist() == collate([kept[p] for p in first]).src.tolist()
 
@@ -67,7 +81,9 @@ def test_it_is_reused_until_the_corpus_a_filter_or_the_tokenizer_changes(setting
     names = {entry_name(cfg.data, tokenizers)}
     names.add(entry_name(dataclasses.replace(cfg.data, max_source_tokens=24), tokenizers))
     names.add(entry_name(dataclasses.replace(cfg.data, split_seed=2), tokenizers))
-    other = train_tokenizers([s for s, _ in PAIRS], [t for _, t in PAIRS], dataclasses.replace(cfg.tokenizer, vocab_size=310))
+    other = train_tokenizers(
+        [s for s, _ in PAIRS], [t for _, t in PAIRS], dataclasses.replace(cfg.tokenizer, vocab_size=310)
+    )
     names.add(entry_name(cfg.data, other))
     stat = corpus.stat()
     corpus.write_text(corpus.read_text(encoding="utf-8").replace("句子7号", "句子七号"), encoding="utf-8")

@@ -6,20 +6,30 @@ import signal
 
 import pytest
 import torch
+from conftest import REPO
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
 from attn_cli.training.resume import resume_config
 
-from conftest import REPO
-
 # Dropout on, so the resumed run must also continue the random number streams; two batches per
 # update, so the position inside the epoch counts batches, not steps; pairs joined, so each epoch's
 # joined pairs must be drawn again alike.
-TINY = ["--config", "configs/tiny.yaml", "--set", "model.dropout=0.1", "--set", "train.accumulate=2",
-        "--set", "train.valid_every=10", "--set", "train.valid_bleu=false", "--set", "train.join.rate=0.3"]
-
+TINY = [
+    "--config",
+    "configs/tiny.yaml",
+    "--set",
+    "model.dropout=0.1",
+    "--set",
+    "train.accumulate=2",
+    "--set",
+    "train.valid_every=10",
+    "--set",
+    "train.valid_bleu=false",
+    "--set",
+    "train.join.rate=0.3",
+]
 
 
 def train(run_dir, *extra):
@@ -117,7 +127,8 @@ def test_resume_without_a_last_checkpoint_says_so(tmp_path, monkeypatch):
 
 
 def test_a_run_stopped_while_writing_its_first_last_pt_resumes_from_its_best_and_ends_exactly(
-        straight_run, tmp_path, monkeypatch):
+    straight_run, tmp_path, monkeypatch
+):
     """last.pt is written after best.pt at each validation: a kill between them at the first
     validation leaves best.pt alone, which holds the same resume state."""
     monkeypatch.chdir(REPO)

@@ -5,20 +5,24 @@ import random
 
 import pytest
 import torch
+from conftest import lively_model, random_source, small_model
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
 from attn_cli.decoding.stutter import NoStutter, has_new_stutter, stutters
 from attn_cli.vocab import BOS_ID
 
-from conftest import lively_model, random_source, small_model
-
 # A vocabulary of 50 (the test models'): 4 special ids, then texts cut from a few characters so that
 # the same text can be written with different tokens (过 · 过 · 过去), and a few pieces without text
 # (byte pieces, <unk>) at ids 46-49.
 ALPHABET = ["a", "b", "过", "1", " "]
 LONGER = ["aaa", "abab", "bab", "a1a", "11111", "过 过", "babab", "1a1a1a", "b过b过", "过1过1过", "ba  ", "过过过过"]
-TEXTS = [None] * 4 + ["".join(chars) for n in (1, 2) for chars in itertools.product(ALPHABET, repeat=n)] + LONGER + [None] * 4
+TEXTS = (
+    [None] * 4
+    + ["".join(chars) for n in (1, 2) for chars in itertools.product(ALPHABET, repeat=n)]
+    + LONGER
+    + [None] * 4
+)
 CONSTRAINT = NoStutter(TEXTS)
 
 
@@ -67,8 +71,11 @@ def test_no_output_stutters_and_outputs_without_stutter_are_unchanged(beam):
     bitten = 0
     for model in (small_model(), lively_model(3), lively_model(4)):  # the untrained one repeats itself
         src = random_source(6, 9, lengths=[9, 3, 5, 7, 8, 4])
-        search = (lambda **kw: greedy_search(model, src, max_len_a=1.5, max_len_b=8, **kw)) if beam == 1 else \
-            (lambda **kw: beam_search(model, src, beam, max_len_a=1.5, max_len_b=8, **kw))
+        search = (
+            (lambda **kw: greedy_search(model, src, max_len_a=1.5, max_len_b=8, **kw))
+            if beam == 1
+            else (lambda **kw: beam_search(model, src, beam, max_len_a=1.5, max_len_b=8, **kw))
+        )
         for unconstrained, constrained in zip(search(), search(constraints=[CONSTRAINT])):
             text = text_of(constrained[0].tokens)
             assert not stutters(text) and not has_new_stutter(text, 0), text
@@ -96,8 +103,11 @@ def test_the_tokenizer_s_texts():
     from attn_cli.config import TokenizerConfig
     from attn_cli.data.tokenizer import train_tokenizers
 
-    tokenizers = train_tokenizers(["hello world"] * 20, ["你好世界"] * 20,
-                                  TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True))
+    tokenizers = train_tokenizers(
+        ["hello world"] * 20,
+        ["你好世界"] * 20,
+        TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True),
+    )
     target = tokenizers.target
     texts = target.piece_texts()
     assert texts[:4] == [None] * 4, "padding, <unk>, BOS and EOS write nothing"
@@ -107,6 +117,7 @@ def test_the_tokenizer_s_texts():
             assert target.decode([[token]])[0] == text.lstrip(" "), text
     ni = target.piece_to_id("你")
     assert texts[ni] == "你"
-    log_probs = NoStutter.for_tokenizer(target).restrict(torch.zeros(1, target.vocab_size),
-                                                         torch.tensor([[BOS_ID, ni, ni]]), None)
+    log_probs = NoStutter.for_tokenizer(target).restrict(
+        torch.zeros(1, target.vocab_size), torch.tensor([[BOS_ID, ni, ni]]), None
+    )
     assert torch.isinf(log_probs[0, ni])

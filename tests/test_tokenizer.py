@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from attn_cli.config import TokenizerConfig
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from attn_cli.data.tokenizer import TokenizerError, Tokenizers, train_tokenizers
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 ENGLISH = [f"I have {n} apples and {n + 1} pears." for n in range(300)]
 CHINESE = [f"我有{n}个苹果和{n + 1}个梨。" for n in range(300)]
@@ -34,8 +34,16 @@ def test_separate_vocabularies_and_bpe(tmp_path):
 
 def test_too_small_vocabulary_says_which_key_to_change():
     with pytest.raises(TokenizerError, match="raise tokenizer.vocab_size or lower tokenizer.character_coverage"):
-        train_tokenizers(ENGLISH, [c * 3 for c in "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长" * 3],
-                         dataclasses.replace(CONFIG, vocab_size=300))
+        train_tokenizers(
+            ENGLISH,
+            [
+                c * 3
+                for c in "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家"
+                "学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长"
+                * 3
+            ],
+            dataclasses.replace(CONFIG, vocab_size=300),
+        )
 
 
 def test_chinese_full_width_punctuation_survives_a_round_trip():
@@ -59,8 +67,11 @@ def test_a_reused_tokenizer_must_match_the_config(tmp_path):
 
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(f"{en}\t{zh}\n" for en, zh in zip(ENGLISH, CHINESE)), encoding="utf-8")
-    cfg = Config(run_dir=str(tmp_path), tokenizer=CONFIG,
-                 data=DataConfig(corpus=CorpusConfig(path=str(corpus)), valid_size=0, test_size=0))
+    cfg = Config(
+        run_dir=str(tmp_path),
+        tokenizer=CONFIG,
+        data=DataConfig(corpus=CorpusConfig(path=str(corpus)), valid_size=0, test_size=0),
+    )
     splits = split_corpus(cfg.data)
     first = train_or_load_tokenizers(cfg, splits, log=lambda _: None)
     assert train_or_load_tokenizers(cfg, splits, log=lambda _: None).source.model_proto == first.source.model_proto
@@ -71,6 +82,9 @@ def test_a_reused_tokenizer_must_match_the_config(tmp_path):
 
 def test_a_damaged_tokenizer_model_is_named_with_the_fix(tmp_path):
     (tmp_path / "joint.model").write_bytes(b"not a model")
-    with pytest.raises(TokenizerError, match=r"joint.model is not a SentencePiece model \(damaged, or another kind of "
-                                             r"file\); train it again with `attn tokenizer --retrain`$"):
+    with pytest.raises(
+        TokenizerError,
+        match=r"joint.model is not a SentencePiece model \(damaged, or another kind of "
+        r"file\); train it again with `attn tokenizer --retrain`$",
+    ):
         Tokenizers.load(tmp_path)

@@ -5,17 +5,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import small_model
 
-from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data.batching import Example, collate
-from attn_cli.decoding.greedy import greedy_decode
-from attn_cli.training.setup import inverse_sqrt_schedule
-from attn_cli.training.loss import label_smoothed_loss
-from attn_cli.vocab import PAD_ID
 from attn_cli.data.tokenizer import train_tokenizers
-
-from conftest import small_model
+from attn_cli.decoding.greedy import greedy_decode
+from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from attn_cli.training.loss import label_smoothed_loss
+from attn_cli.training.setup import inverse_sqrt_schedule
+from attn_cli.vocab import PAD_ID
 
 
 def reversal_batch(batch_size: int, generator: torch.Generator) -> list[Example]:
@@ -67,9 +66,15 @@ def test_inverse_sqrt_schedule_warms_up_then_decays():
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
-    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
-    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
-                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    cfg = Config(
+        data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+        model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1),
+    )
+    tokenizers = train_tokenizers(
+        [f"sentence number {i}" for i in range(200)],
+        [f"句子{i}号" for i in range(200)],
+        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
+    )
     vocab = tokenizers.source.vocab_size
     model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
     path = tmp_path / "checkpoints" / "best.pt"
@@ -118,9 +123,14 @@ def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
     for name in ("best.pt", "last.pt", "step-1.pt", "step-2.pt"):
         (run / "checkpoints" / name).write_bytes(path.read_bytes())
     (run / "config.yaml").write_text(f"run_dir: {run}\ndata:\n  corpus:\n    path: corpus.tsv\n")
-    commands = [["translate", "--checkpoint", str(path), "Hello."], ["translate", "--run", str(run), "Hello."],
-                ["eval", "--checkpoint", str(path)], ["eval", "--run", str(run)],
-                ["average", "--run", str(run), "--last", "2"], ["train", "--config", str(run / "config.yaml"), "--resume"]]
+    commands = [
+        ["translate", "--checkpoint", str(path), "Hello."],
+        ["translate", "--run", str(run), "Hello."],
+        ["eval", "--checkpoint", str(path)],
+        ["eval", "--run", str(run)],
+        ["average", "--run", str(run), "--last", "2"],
+        ["train", "--config", str(run / "config.yaml"), "--resume"],
+    ]
     for command in commands:
         result = CliRunner().invoke(app, command)
         assert result.exit_code == 2 and "nothing in the file was run" in result.output, (command, result.output)
@@ -131,10 +141,15 @@ def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
 def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
     from attn_cli.training import checkpoint as checkpoint_module
 
-    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
-                 model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
-    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
-                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    cfg = Config(
+        data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+        model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1),
+    )
+    tokenizers = train_tokenizers(
+        [f"sentence number {i}" for i in range(200)],
+        [f"句子{i}号" for i in range(200)],
+        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
+    )
     vocab = tokenizers.source.vocab_size
     model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
     path = tmp_path / "last.pt"
@@ -159,10 +174,15 @@ def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporar
 
 
 def _tiny_checkpoint_parts():
-    cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
-                 model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1))
-    tokenizers = train_tokenizers([f"sentence number {i}" for i in range(200)], [f"句子{i}号" for i in range(200)],
-                                  dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0))
+    cfg = Config(
+        data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
+        model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1),
+    )
+    tokenizers = train_tokenizers(
+        [f"sentence number {i}" for i in range(200)],
+        [f"句子{i}号" for i in range(200)],
+        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
+    )
     vocab = tokenizers.source.vocab_size
     return cfg, tokenizers, small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
 
@@ -172,10 +192,19 @@ def _chained(error: Exception, cause: Exception) -> Exception:
     return error
 
 
-@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
-                                     RuntimeError("[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed"),
-                                     _chained(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 255936 vs 255828"),
-                                              OSError(28, "No space left on device"))])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(28, "No space left on device"),
+        RuntimeError(
+            "[enforce fail at inline_container.cc] PytorchStreamWriter failed writing file data/0: file write failed"
+        ),
+        _chained(
+            RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 255936 vs 255828"),
+            OSError(28, "No space left on device"),
+        ),
+    ],
+)
 def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
     from attn_cli.files import WriteError
     from attn_cli.training import checkpoint as checkpoint_module
@@ -192,7 +221,9 @@ def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_chec
     with pytest.raises(WriteError) as error:
         save_checkpoint(path, cfg, tokenizers, model, step=2, epoch=1)
     monkeypatch.undo()
-    assert str(error.value).startswith(f"cannot write {path}: ") and str(error.value).endswith("the previous last.pt is intact")
+    assert str(error.value).startswith(f"cannot write {path}: ") and str(error.value).endswith(
+        "the previous last.pt is intact"
+    )
     assert "\n" not in str(error.value)
     assert load_checkpoint(path).step == 1 and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
@@ -213,8 +244,11 @@ def test_a_file_that_is_not_a_whole_checkpoint_is_refused_saying_why(tmp_path):
     whole = tmp_path / "whole.pt"
     save_checkpoint(whole, cfg, tokenizers, model, step=1, epoch=1)
     cases = {"empty.pt": b"", "notes.pt": b"some notes\n", "cut.pt": whole.read_bytes()[: whole.stat().st_size // 2]}
-    reasons = {"empty.pt": "the file is empty", "notes.pt": "it is not a file torch.save wrote",
-               "cut.pt": "it is cut short or damaged ("}
+    reasons = {
+        "empty.pt": "the file is empty",
+        "notes.pt": "it is not a file torch.save wrote",
+        "cut.pt": "it is cut short or damaged (",
+    }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(CheckpointError) as error:
@@ -239,19 +273,23 @@ def test_a_tokenizer_write_that_fails_leaves_no_model_behind(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []  # neither half a model nor its temporary file
 
 
-CPU_ALLOCATOR_FAILURE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
-                         "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")
+CPU_ALLOCATOR_FAILURE = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)"
+)
 
 
-@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
-                                   RuntimeError(CPU_ALLOCATOR_FAILURE)], ids=["cuda", "cpu"])
+@pytest.mark.parametrize(
+    "error",
+    [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), RuntimeError(CPU_ALLOCATOR_FAILURE)],
+    ids=["cuda", "cpu"],
+)
 def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_path, monkeypatch, error):
+    from conftest import REPO
     from typer.testing import CliRunner
 
     from attn_cli.cli.app import app
     from attn_cli.training.step import TrainingStep
-
-    from conftest import REPO
 
     real_step, calls = TrainingStep.__call__, []
 
@@ -263,7 +301,9 @@ def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_p
 
     monkeypatch.setattr(TrainingStep, "__call__", third_step_runs_out_of_memory)
     run_dir = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", "--config", str(REPO / "configs/tiny.yaml"), "--set", f"run_dir={run_dir}"])
+    result = CliRunner().invoke(
+        app, ["train", "--config", str(REPO / "configs/tiny.yaml"), "--set", f"run_dir={run_dir}"]
+    )
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
@@ -276,8 +316,19 @@ def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_p
 
     # The run continues from there with the advice taken.
     monkeypatch.setattr(TrainingStep, "__call__", real_step)
-    resumed = CliRunner().invoke(app, ["train", "--config", str(run_dir / "config.yaml"), "--resume",
-                                       "--set", "train.gradient_checkpointing=true", "--set", "train.max_steps=4"])
+    resumed = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--config",
+            str(run_dir / "config.yaml"),
+            "--resume",
+            "--set",
+            "train.gradient_checkpointing=true",
+            "--set",
+            "train.max_steps=4",
+        ],
+    )
     assert resumed.exit_code == 0, resumed.output
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt").step == 4
 

@@ -5,14 +5,20 @@ import math
 
 import pytest
 import torch
-
-from attn_cli.training import step as training_step
-from attn_cli.data.batching import Example, collate
-from attn_cli.training.precision import resolve_precision
-from attn_cli.training.step import (NonfiniteGuard, StepResult, TrainingDiverged, TrainingObjective, TrainingStep,
-                                  adamw, load_optimizer_state)
-
 from conftest import small_model
+
+from attn_cli.data.batching import Example, collate
+from attn_cli.training import step as training_step
+from attn_cli.training.precision import resolve_precision
+from attn_cli.training.step import (
+    NonfiniteGuard,
+    StepResult,
+    TrainingDiverged,
+    TrainingObjective,
+    TrainingStep,
+    adamw,
+    load_optimizer_state,
+)
 
 CPU = torch.device("cpu")
 
@@ -21,8 +27,9 @@ def make_step(model, precision="fp32"):
     optimizer = adamw(model.parameters(), 1e-2, (0.9, 0.999), 0.0)  # fused, as attn trains
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     chosen = resolve_precision(precision, CPU)
-    return TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
-                        CPU, clip_norm=1.0)
+    return TrainingStep(
+        model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU, clip_norm=1.0
+    )
 
 
 def random_examples(count, seed):
@@ -30,8 +37,13 @@ def random_examples(count, seed):
     examples = []
     for index in range(count):
         length = int(torch.randint(2, 9, (1,), generator=generator))
-        examples.append(Example(index, torch.randint(4, 50, (length,), generator=generator).tolist(),
-                                torch.randint(4, 50, (length + 1,), generator=generator).tolist()))
+        examples.append(
+            Example(
+                index,
+                torch.randint(4, 50, (length,), generator=generator).tolist(),
+                torch.randint(4, 50, (length + 1,), generator=generator).tolist(),
+            )
+        )
     return examples
 
 
@@ -44,8 +56,7 @@ def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch
     step = make_step(model)
     before = parameters_of(model)
     real_loss = training_step.projected_label_smoothed_loss
-    monkeypatch.setattr(training_step, "projected_label_smoothed_loss",
-                        lambda *args: real_loss(*args) * float("nan"))
+    monkeypatch.setattr(training_step, "projected_label_smoothed_loss", lambda *args: real_loss(*args) * float("nan"))
     result = step([collate(random_examples(6, seed=0))])
     assert not result.applied
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
@@ -105,8 +116,16 @@ def test_accumulating_two_batches_gives_the_update_of_their_union():
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         chosen = resolve_precision("fp32", CPU)
-        step = TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen,
-                            CPU, clip_norm=0.0)
+        step = TrainingStep(
+            model,
+            TrainingObjective(model, 0.1),
+            optimizer,
+            scheduler,
+            chosen.grad_scaler(CPU),
+            chosen,
+            CPU,
+            clip_norm=0.0,
+        )
         result = step(batches)
         updated.append((parameters_of(model), result))
     (accumulated, accumulated_result), (union, union_result) = updated

@@ -13,28 +13,35 @@ import random
 
 import pytest
 import torch
-
-from attn_cli.decoding.beam import beam_search
-from attn_cli.training.checkpoint import load_checkpoint
-from attn_cli.cli.translator import decode_options
-from attn_cli.decoding.io import stdin_batches
-from attn_cli.config import DecodeConfig
-from attn_cli.data.batching import Example, collate
-from attn_cli.decoding.greedy import greedy_search, sampler
-from attn_cli.errors import UserError
-from attn_cli.decoding.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
-
 from conftest import lively_model, random_source
 
+from attn_cli.cli.translator import decode_options
+from attn_cli.config import DecodeConfig
+from attn_cli.data.batching import Example, collate
+from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.greedy import greedy_search, sampler
+from attn_cli.decoding.io import stdin_batches
+from attn_cli.decoding.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
+from attn_cli.errors import UserError
+from attn_cli.training.checkpoint import load_checkpoint
+
 # Lengths differ and the longest comes first, so length-sorted batches reorder them; two are empty.
-SENTENCES = ["Where is the station? It is near the old bridge, by the river.", "Go.", "",
-             "I love machine learning, and you?", "   ", "Tom is here.", "Hello."]
+SENTENCES = [
+    "Where is the station? It is near the old bridge, by the river.",
+    "Go.",
+    "",
+    "I love machine learning, and you?",
+    "   ",
+    "Tom is here.",
+    "Hello.",
+]
 LONG = "Where is the station? It is near the old bridge, and the bus stops there. Thank you!"
 # Short outputs: the lively model's position bias covers 64 output positions.
 SHORT = dict(max_len_a=1.0, max_len_b=5)
 
 
 # --- fit_to_length -------------------------------------------------------------------------------
+
 
 def _fit(pieces: list[str], limit: int, mode: str = "split") -> list[list[int]]:
     """fit_to_length over ids 100.. that stand for `pieces` (so ids and positions differ)."""
@@ -120,14 +127,16 @@ def test_split_rules_hold_with_the_real_tokenizer(tokenizers):
 
 # --- translate_sentences ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tokenizers(trained_run):
     return load_checkpoint(trained_run / "checkpoints" / "best.pt").tokenizers
 
 
 def _model(tokenizers, seed: int = 0, **overrides):
-    return lively_model(seed, src_vocab_size=tokenizers.source.vocab_size,
-                        tgt_vocab_size=tokenizers.target.vocab_size, **overrides)
+    return lively_model(
+        seed, src_vocab_size=tokenizers.source.vocab_size, tgt_vocab_size=tokenizers.target.vocab_size, **overrides
+    )
 
 
 def _alone(model, ids: list[int], options: DecodeConfig, tokenizers):
@@ -147,8 +156,9 @@ def test_results_come_back_in_input_order(tokenizers, beam_size, max_tokens):
     encoded = tokenizers.source.encode([s.strip() for s in SENTENCES])
     assert [len(ids) for ids in encoded] != sorted(len(ids) for ids in encoded)  # sorting reorders them
     progress = []
-    together = translate_sentences(model, tokenizers, SENTENCES, options, 255, "zh",
-                                   on_batch=lambda done, total: progress.append((done, total)))
+    together = translate_sentences(
+        model, tokenizers, SENTENCES, options, 255, "zh", on_batch=lambda done, total: progress.append((done, total))
+    )
     assert progress[-1] == (5, 5) and (len(progress) > 1) == (max_tokens == 12)
     assert [done for done, _ in progress] == sorted(done for done, _ in progress)
     alone = [translate_sentences(model, tokenizers, [sentence], options, 255, "zh")[0] for sentence in SENTENCES]
@@ -163,8 +173,9 @@ def test_results_come_back_in_input_order(tokenizers, beam_size, max_tokens):
 def test_empty_lines_translate_to_empty_lines(tokenizers):
     model = _model(tokenizers)
     for n_best in (1, 3):
-        results = translate_sentences(model, tokenizers, ["", "Go.", "  \t "], DecodeConfig(beam_size=3, n_best=n_best, **SHORT),
-                                      255, "zh")
+        results = translate_sentences(
+            model, tokenizers, ["", "Go.", "  \t "], DecodeConfig(beam_size=3, n_best=n_best, **SHORT), 255, "zh"
+        )
         for empty in (results[0], results[2]):
             # n empty translations, so n-best output keeps n lines (or JSON entries) per input
             assert empty.texts == [""] * n_best and empty.scores == [0.0] * n_best
@@ -208,7 +219,9 @@ def test_long_inputs_fit_a_model_with_learned_positions(tokenizers, long_inputs,
         greedy_search(model, collate([Example(0, ids, [])]).src)
     options = DecodeConfig(beam_size=beam_size, long_inputs=long_inputs, max_len_a=3.0, max_len_b=20)
     long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 7, "zh")
-    assert all(len(part) <= 7 for part in long.parts) and ("parts" if long_inputs == "split" else "truncated") in long.note
+    assert (
+        all(len(part) <= 7 for part in long.parts) and ("parts" if long_inputs == "split" else "truncated") in long.note
+    )
     # an output ends where the learned target positions do: 7 tokens and the EOS
     assert all(len(h.tokens) <= 7 for hypotheses in long.outputs + short.outputs for h in hypotheses)
     assert long.texts[0] and short.texts[0]
@@ -249,11 +262,17 @@ def test_decode_batch_runs_the_configured_search(seed):
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     greedy = greedy_search(model, src, 1.0, 6, alpha=0.6)
     by_options = decode_batch(model, src, DecodeConfig(beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=6))
-    assert [[(h.tokens, h.score) for h in hs] for hs in by_options] == [[(h.tokens, h.score) for h in hs] for hs in greedy]
+    assert [[(h.tokens, h.score) for h in hs] for hs in by_options] == [
+        [(h.tokens, h.score) for h in hs] for hs in greedy
+    ]
     beam = beam_search(model, src, 3, 0.6, 1.0, 6, n_best=2)
-    by_options = decode_batch(model, src, DecodeConfig(beam_size=3, n_best=2, length_penalty=0.6, max_len_a=1.0, max_len_b=6))
+    by_options = decode_batch(
+        model, src, DecodeConfig(beam_size=3, n_best=2, length_penalty=0.6, max_len_a=1.0, max_len_b=6)
+    )
     assert [[h.tokens for h in hs] for hs in by_options] == [[h.tokens for h in hs] for hs in beam]
-    samples = greedy_search(model, src, 1.0, 6, choose=sampler(0.9, generator=torch.Generator().manual_seed(3)), samples=3)
+    samples = greedy_search(
+        model, src, 1.0, 6, choose=sampler(0.9, generator=torch.Generator().manual_seed(3)), samples=3
+    )
     options = DecodeConfig(sample=True, n_best=3, temperature=0.9, max_len_a=1.0, max_len_b=6)
     by_options = decode_batch(model, src, options, torch.Generator().manual_seed(3))
     assert [sorted(h.tokens for h in hs) for hs in by_options] == [sorted(h.tokens for h in hs) for hs in samples]
@@ -261,8 +280,19 @@ def test_decode_batch_runs_the_configured_search(seed):
 
 # --- decode_options --------------------------------------------------------------------------------
 
-NO_FLAGS = {"beam_size": None, "n_best": None, "length_penalty": None, "max_len_a": None, "max_len_b": None,
-            "max_tokens": None, "sample": None, "temperature": None, "top_k": None, "top_p": None, "seed": None}
+NO_FLAGS = {
+    "beam_size": None,
+    "n_best": None,
+    "length_penalty": None,
+    "max_len_a": None,
+    "max_len_b": None,
+    "max_tokens": None,
+    "sample": None,
+    "temperature": None,
+    "top_k": None,
+    "top_p": None,
+    "seed": None,
+}
 
 
 def test_a_flag_overrides_the_config_and_the_rest_stays():
@@ -297,6 +327,7 @@ def test_sampling_draws_n_best_samples_whatever_the_beam():
 
 # --- stdin -----------------------------------------------------------------------------------------
 
+
 def test_stdin_lines_are_batched_as_they_arrive_from_a_real_pipe():
     read, write = os.pipe()
     os.write(write, "a\nb\n\nc\n".encode())
@@ -308,6 +339,7 @@ def test_stdin_lines_are_batched_as_they_arrive_from_a_real_pipe():
 
 
 # --- prefixes --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_prefix_begins_the_translation_of_its_input_and_forces_only_the_first_part(tokenizers, beam_size):
@@ -322,8 +354,13 @@ def test_a_prefix_begins_the_translation_of_its_input_and_forces_only_the_first_
     for translation, prefix in ((long, "我们的"), (tom, "他")):
         ids = tokenizers.target.encode([prefix])[0]
         assert translation.outputs[0][0].tokens[: len(ids)] == ids
-        assert translation.texts[0].startswith(prefix) and translation.texts[0] != free[sentences.index(translation.source)].texts[0]
-    assert [hs[0].tokens for hs in long.outputs[1:]] == [hs[0].tokens for hs in free[0].outputs[1:]]  # later parts: no prefix
+        assert (
+            translation.texts[0].startswith(prefix)
+            and translation.texts[0] != free[sentences.index(translation.source)].texts[0]
+        )
+    assert [hs[0].tokens for hs in long.outputs[1:]] == [
+        hs[0].tokens for hs in free[0].outputs[1:]
+    ]  # later parts: no prefix
     assert go.texts == free[1].texts and empty.texts == [""]
 
 
@@ -331,15 +368,19 @@ def test_a_prefix_the_model_cannot_output_is_a_one_line_error(tokenizers):
     model = _model(tokenizers, positions="learned", max_positions=8)
     prefix = "我们的车站在老桥旁边的河边"
     assert len(tokenizers.target.encode([prefix])[0]) > 7
-    with pytest.raises(UserError, match=r"^the prefix '我们的车站在老桥旁边的河边' is \d+ target tokens, more than the 7 "
-                                        r"the model can output; shorten it$"):
+    with pytest.raises(
+        UserError,
+        match=r"^the prefix '我们的车站在老桥旁边的河边' is \d+ target tokens, more than the 7 "
+        r"the model can output; shorten it$",
+    ):
         translate_sentences(model, tokenizers, ["Go."], DecodeConfig(beam_size=1), 7, "zh", prefixes=[prefix])
 
 
 def test_prefixes_are_refused_by_a_search_that_takes_none(tokenizers):
     with pytest.raises(ValueError, match="prefixes need attn's own search"):
-        translate_sentences(None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]],
-                            prefixes=["我"])
+        translate_sentences(
+            None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]], prefixes=["我"]
+        )
 
 
 def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
@@ -351,7 +392,9 @@ def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
     model.position_bias[:, characters[:3]] += 5.0  # drawn to three characters, it writes them over and over
     options = DecodeConfig(beam_size=2, max_len_a=2.0, max_len_b=12)
     free = translate_sentences(model, tokenizers, SENTENCES * 3, options, 255, "zh")
-    kept = translate_sentences(model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True), 255, "zh")
+    kept = translate_sentences(
+        model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True), 255, "zh"
+    )
     assert any(stutters(t.texts[0]) for t in free), "left alone the random model stutters, so the option was tried"
     assert not any(stutters(t.texts[0]) for t in kept)
     assert decode_options(options, {"no_stutter": True}).no_stutter, "--no-stutter sets decode.no_stutter"

@@ -2,14 +2,13 @@
 
 import pytest
 import torch
+from conftest import random_source
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
 from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
-
-from conftest import random_source
 
 # A vocabulary of 4 special ids, the 256 byte pieces (id 4 + byte) and 10 text pieces ("a" to "j").
 BYTE = 4
@@ -19,7 +18,9 @@ CONSTRAINT = Utf8Constraint(torch.tensor([-1] * 4 + list(range(256)) + [-1] * 10
 
 
 def allowed(history: list[int], steps_left: int = 10) -> set[int]:
-    log_probs = CONSTRAINT.restrict(torch.zeros(1, VOCAB), torch.tensor([[BOS_ID, *history]]), torch.tensor([steps_left]))
+    log_probs = CONSTRAINT.restrict(
+        torch.zeros(1, VOCAB), torch.tensor([[BOS_ID, *history]]), torch.tensor([steps_left])
+    )
     return set((~torch.isinf(log_probs[0])).nonzero().flatten().tolist())
 
 
@@ -35,8 +36,13 @@ def test_each_state_allows_what_utf8_allows_next():
     assert allowed([BYTE + 0xE4]) == byte_ids(0x80, 0xBF)  # inside 中 (E4 B8 AD): no EOS, no text
     assert allowed([BYTE + 0xE4, BYTE + 0xB8]) == byte_ids(0x80, 0xBF)
     assert allowed([BYTE + 0xE4, BYTE + 0xB8, BYTE + 0xAD]) == allowed([])
-    for lead, low, high in ((0xE0, 0xA0, 0xBF), (0xED, 0x80, 0x9F), (0xF0, 0x90, 0xBF), (0xF4, 0x80, 0x8F),
-                            (0xC3, 0x80, 0xBF)):
+    for lead, low, high in (
+        (0xE0, 0xA0, 0xBF),
+        (0xED, 0x80, 0x9F),
+        (0xF0, 0x90, 0xBF),
+        (0xF4, 0x80, 0x8F),
+        (0xC3, 0x80, 0xBF),
+    ):
         assert allowed([TEXT, BYTE + lead]) == byte_ids(low, high), hex(lead)
     assert allowed([BYTE + 0xF0, BYTE + 0x9F, BYTE + 0x98]) == byte_ids(0x80, 0xBF)  # the last byte of 😀
     # A character must end before the limit: with 2 tokens left, only 2-byte leads may start one.
@@ -53,10 +59,18 @@ class ByteLoving(Transformer):
 
 def byte_loving_model(seed: int) -> ByteLoving:
     torch.manual_seed(seed)
-    model = ByteLoving(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=32, num_heads=4, ffn_dim=64,
-                       encoder_layers=1, decoder_layers=1, dropout=0.0).eval()
+    model = ByteLoving(
+        src_vocab_size=VOCAB,
+        tgt_vocab_size=VOCAB,
+        d_model=32,
+        num_heads=4,
+        ffn_dim=64,
+        encoder_layers=1,
+        decoder_layers=1,
+        dropout=0.0,
+    ).eval()
     preference = torch.randn(VOCAB)
-    preference[BYTE + 0x80:BYTE + 0x100] += 4.0
+    preference[BYTE + 0x80 : BYTE + 0x100] += 4.0
     model.register_buffer("preference", preference, persistent=False)
     return model
 
@@ -79,8 +93,11 @@ def test_a_model_drawn_to_bytes_writes_valid_utf8_only_under_the_constraint(beam
     for seed in range(3):
         model = byte_loving_model(seed)
         src = random_source(6, 8, vocab=VOCAB, lengths=[8, 3, 5, 7, 6, 4])
-        search = (lambda **kw: greedy_search(model, src, max_len_a=1.0, max_len_b=6, **kw)) if beam == 1 else \
-            (lambda **kw: beam_search(model, src, beam, max_len_a=1.0, max_len_b=6, **kw))
+        search = (
+            (lambda **kw: greedy_search(model, src, max_len_a=1.0, max_len_b=6, **kw))
+            if beam == 1
+            else (lambda **kw: beam_search(model, src, beam, max_len_a=1.0, max_len_b=6, **kw))
+        )
         free, valid = search(), search(constraints=[CONSTRAINT])
         for unconstrained, constrained in zip(free, valid):
             assert is_utf8(as_bytes(constrained[0].tokens)), constrained[0].tokens
@@ -95,12 +112,18 @@ def test_the_tokenizer_s_byte_pieces_are_found(tmp_path):
     from attn_cli.config import TokenizerConfig
     from attn_cli.data.tokenizer import train_tokenizers
 
-    tokenizers = train_tokenizers(["hello world"] * 20, ["你好世界"] * 20,
-                                  TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True))
+    tokenizers = train_tokenizers(
+        ["hello world"] * 20,
+        ["你好世界"] * 20,
+        TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True),
+    )
     constraint = Utf8Constraint.for_tokenizer(tokenizers.target)
     assert constraint is not None
     assert (constraint.byte_of_piece >= 0).sum() == 256
     assert constraint.byte_of_piece[tokenizers.target.piece_to_id("<0xE4>")] == 0xE4
-    without = train_tokenizers(["hello world"] * 20, ["你好世界"] * 20,
-                               TokenizerConfig(vocab_size=16, character_coverage=1.0, byte_fallback=False))
+    without = train_tokenizers(
+        ["hello world"] * 20,
+        ["你好世界"] * 20,
+        TokenizerConfig(vocab_size=16, character_coverage=1.0, byte_fallback=False),
+    )
     assert Utf8Constraint.for_tokenizer(without.target) is None

@@ -19,7 +19,10 @@ def run(command: list, cwd: Path) -> str:
 def test_a_wheel_trains_translates_and_evaluates_in_an_empty_directory(tmp_path):
     wheels = tmp_path / "wheels"
     # --no-build-isolation: build with the setuptools at hand instead of fetching one.
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", wheels, REPO], tmp_path)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", wheels, REPO],
+        tmp_path,
+    )
     (wheel,) = wheels.glob("attn_cli-*.whl")
     # The venv sees this Python's packages (torch and the rest), but attn only from the wheel.
     venv = tmp_path / "venv"
@@ -33,7 +36,8 @@ def test_a_wheel_trains_translates_and_evaluates_in_an_empty_directory(tmp_path)
     attn = venv / "bin" / "attn"
     run([attn, "train", "--config", "tiny.yaml", "--set", "train.max_steps=20"], empty)
     assert (empty / "runs" / "tiny" / "checkpoints" / "last.pt").is_file()
-    translated = subprocess.run([attn, "translate", "--run", "runs/tiny", "I love machine learning"], cwd=empty,
-                                capture_output=True, text=True)
+    translated = subprocess.run(
+        [attn, "translate", "--run", "runs/tiny", "I love machine learning"], cwd=empty, capture_output=True, text=True
+    )
     assert translated.returncode == 0 and translated.stdout.count("\n") == 1, translated.stderr  # one line per input
     assert "BLEU =" in run([attn, "eval", "--bleu", "--run", "runs/tiny"], empty)

@@ -18,10 +18,10 @@ from attn_cli.cli.translate import translate
 app = typer.Typer(
     name="attn",
     help="Train and run Transformer translation models.\n\n"
-         "Example:\n\n"
-         "  attn train --config en-zh.yaml\n\n"
-         "  attn translate \"I love machine learning\"\n\n"
-         "  attn eval --bleu",
+    "Example:\n\n"
+    "  attn train --config en-zh.yaml\n\n"
+    '  attn translate "I love machine learning"\n\n'
+    "  attn eval --bleu",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -35,15 +35,26 @@ def _print_version(wanted: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                          help="Print attn's version and exit.")) -> None:
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print attn's version and exit."
+    ),
+) -> None:
     # No docstring: the app's help above stays the help of `attn --help`.
     pass
 
 
 # Registered here rather than decorated in each module, so that no command can miss the handler.
-for name, command in [("train", train), ("prepare", prepare), ("tokenizer", tokenizer), ("translate", translate), ("eval", evaluate),
-                      ("average", average), ("export", export), ("doctor", doctor)]:
+for name, command in [
+    ("train", train),
+    ("prepare", prepare),
+    ("tokenizer", tokenizer),
+    ("translate", translate),
+    ("eval", evaluate),
+    ("average", average),
+    ("export", export),
+    ("doctor", doctor),
+]:
     app.command(name=name)(reports_user_errors(command))
 
 

@@ -8,16 +8,17 @@ from typing import Optional
 import typer
 
 from attn_cli.cli.common import RunOption, tell
-from attn_cli.errors import UserError
 from attn_cli.config import default_run_dir
+from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
 
 
 def average(
     run: Optional[Path] = RunOption,
     last: int = typer.Option(5, "--last", min=1, help="How many of the newest step checkpoints to average."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Where to write it (default: RUN/checkpoints/average-lastN.pt)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Where to write it (default: RUN/checkpoints/average-lastN.pt)."
+    ),
 ) -> None:
     """Average the weights of a run's newest step checkpoints into one checkpoint.
 
@@ -35,10 +36,14 @@ def average(
     found = paths.step_checkpoints()
     if len(found) < last:
         held = f" ({', '.join(p.name for p in found)})" if found else ""
-        raise UserError(f"--last {last} needs {last} step checkpoints, but {paths.checkpoint_dir} holds {len(found)}"
-                        f"{held}; train with train.keep_last: {last} or more, or lower --last")
+        raise UserError(
+            f"--last {last} needs {last} step checkpoints, but {paths.checkpoint_dir} holds {len(found)}"
+            f"{held}; train with train.keep_last: {last} or more, or lower --last"
+        )
     output = output if output is not None else paths.average_checkpoint(last)
     averaged = average_checkpoints(found[-last:], output)
     steps = ", ".join(f"{step:,}" for step in averaged.metrics["averaged_steps"])
-    tell(f"averaged the weights of steps {steps} into {output}; use it with "
-         f"`attn translate --checkpoint {output}` or `attn eval --checkpoint {output}`")
+    tell(
+        f"averaged the weights of steps {steps} into {output}; use it with "
+        f"`attn translate --checkpoint {output}` or `attn eval --checkpoint {output}`"
+    )

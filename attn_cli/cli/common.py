@@ -39,6 +39,7 @@ def tell(message: str) -> None:
 
 def reports_user_errors(command: Command) -> Command:
     """`command`, with a problem the user can fix shown as one red line on stderr and exit status 2."""
+
     @functools.wraps(command)  # Typer reads the options and the help from the wrapped signature and docstring
     def run(*args, **kwargs):
         try:
@@ -47,4 +48,5 @@ def reports_user_errors(command: Command) -> Command:
             # escape: a message quoting a value such as "[bold]" is text, not Rich markup
             stderr.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(code=2) from None
+
     return run  # type: ignore[return-value]

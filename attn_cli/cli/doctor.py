@@ -14,14 +14,27 @@ from attn_cli.errors import UserError
 
 
 def doctor(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file, or a built-in one by name "
-                                          "(default: en-zh.yaml, unless --run or --checkpoint is given)."),
-    run: Optional[Path] = typer.Option(None, "--run", help="Check this run's best checkpoint (else last.pt) and the "
-                                       "config it was trained with, model checks included."),
+    config: Optional[Path] = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="YAML config file, or a built-in one by name "
+        "(default: en-zh.yaml, unless --run or --checkpoint is given).",
+    ),
+    run: Optional[Path] = typer.Option(
+        None,
+        "--run",
+        help="Check this run's best checkpoint (else last.pt) and the "
+        "config it was trained with, model checks included.",
+    ),
     checkpoint: Optional[Path] = CheckpointOption,
     set_: Optional[List[str]] = SetOption,
-    memory_gb: Optional[float] = typer.Option(None, "--memory-gb", min=0.001, help="Check a training step against "
-                                              "this many GB instead of this machine's device (planning for another one)."),
+    memory_gb: Optional[float] = typer.Option(
+        None,
+        "--memory-gb",
+        min=0.001,
+        help="Check a training step against this many GB instead of this machine's device (planning for another one).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON on stdout instead of a table."),
 ) -> None:
     """Check the environment, a config, a training step's memory, the data and (with --run or
@@ -45,7 +58,8 @@ def doctor(
     # torch and the checks: imported when run, not for --help
     from attn_cli.doctor.checks import failed
     from attn_cli.doctor.diagnose import diagnose_checkpoint, diagnose_config
-    from attn_cli.doctor.report import as_json as checks_as_json, print_table
+    from attn_cli.doctor.report import as_json as checks_as_json
+    from attn_cli.doctor.report import print_table
 
     if config is not None and (run is not None or checkpoint is not None):
         raise UserError("give --config, or --run / --checkpoint (whose config is the checkpoint's), not both")

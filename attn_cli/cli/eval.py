@@ -9,9 +9,20 @@ from typing import List, Optional
 import typer
 
 from attn_cli.cli.common import DeviceOption, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
-                                     NoRepeatNgramOption, NoStutterOption, RunsOption, ThreadsOption, Translator,
-                                     decode_options, load_for_decoding)
+from attn_cli.cli.translator import (
+    BatchSizeOption,
+    BeamOption,
+    CheckpointsOption,
+    LengthPenaltyOption,
+    ModelOption,
+    NoRepeatNgramOption,
+    NoStutterOption,
+    RunsOption,
+    ThreadsOption,
+    Translator,
+    decode_options,
+    load_for_decoding,
+)
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
@@ -19,8 +30,12 @@ from attn_cli.paths import RunPaths, hypotheses_file
 
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
-    by_length: bool = typer.Option(False, "--by-length", help="Also a table by source length (words: <= 8, 9-15, "
-                                   "> 15): BLEU, chrF, length ratio, stutter rate against the references', U+FFFD count."),
+    by_length: bool = typer.Option(
+        False,
+        "--by-length",
+        help="Also a table by source length (words: <= 8, 9-15, "
+        "> 15): BLEU, chrF, length ratio, stutter rate against the references', U+FFFD count.",
+    ),
     run: Optional[List[Path]] = RunsOption,
     checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
@@ -57,16 +72,26 @@ def evaluate(
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    flags = {"beam_size": beam, "length_penalty": length_penalty, "max_tokens": batch_size,
-             "no_repeat_ngram": no_repeat_ngram, "no_stutter": no_stutter}
+    flags = {
+        "beam_size": beam,
+        "length_penalty": length_penalty,
+        "max_tokens": batch_size,
+        "no_repeat_ngram": no_repeat_ngram,
+        "no_stutter": no_stutter,
+    }
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     translator = Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), flags))
     cfg = loaded.config
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;
         # an ensemble's is its first member's.
-        paths = (RunPaths.of(run[0]) if run else RunPaths.of(cfg.run_dir) if model is not None
-                 else RunPaths.of_checkpoint(loaded.paths[0]))
+        paths = (
+            RunPaths.of(run[0])
+            if run
+            else RunPaths.of(cfg.run_dir)
+            if model is not None
+            else RunPaths.of_checkpoint(loaded.paths[0])
+        )
         src = paths.split_file("test", cfg.data.src_lang)
         ref = paths.split_file("test", cfg.data.tgt_lang)
         if not src.is_file():

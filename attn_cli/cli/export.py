@@ -14,8 +14,12 @@ def export(
     run: Optional[Path] = RunOption,
     checkpoint: Optional[Path] = CheckpointOption,
     output: Path = typer.Option(..., "--output", "-o", help="The directory to write (new, or empty)."),
-    quantization: str = typer.Option("int8", "--quantization", "-q", help="Weight type: int8, int8_float32, "
-                                     "int8_float16, int8_bfloat16, int16, float32, float16 or bfloat16."),
+    quantization: str = typer.Option(
+        "int8",
+        "--quantization",
+        "-q",
+        help="Weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float32, float16 or bfloat16.",
+    ),
 ) -> None:
     """Export a trained model to CTranslate2, which decodes it several times faster (int8 on CPUs).
 

@@ -14,8 +14,11 @@ from attn_cli.config import load_config
 from attn_cli.paths import RunPaths
 
 
-def prepare(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
-            as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout.")) -> None:
+def prepare(
+    config: Path = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout."),
+) -> None:
     """Prepare a config's training data once, so that every later `attn train` (and every torchrun
     process) opens it memory-mapped instead of reading and tokenizing the corpus again.
 
@@ -26,7 +29,9 @@ def prepare(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
 
       attn prepare --config en-zh.yaml
 
-      attn prepare --config big.yaml --set data.cache_dir=/shared/attn-data && attn train --config big.yaml --set data.cache_dir=/shared/attn-data
+      attn prepare --config big.yaml --set data.cache_dir=/shared/attn-data
+
+      attn train --config big.yaml --set data.cache_dir=/shared/attn-data
     """
     # sentencepiece, numpy and the corpus readers: imported when run, not for --help
     from attn_cli.data.prepare import tokenizers_and_data
@@ -42,11 +47,16 @@ def prepare(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
         return
     skipped = ", ".join(f"{count:,} {reason}" for reason, count in stats["skipped_lines"].items()) or "none"
     tell(f"prepared data: {prepared.directory} ({stats['seconds']} s)")
-    tell(f"  training pairs: {stats['training_pairs_read']:,} read, {stats['dropped_by_length']:,} dropped by the "
-         f"length filters, {stats['training_pairs']:,} kept; validation {stats['valid_pairs']:,}, test {stats['test_pairs']:,}")
+    tell(
+        f"  training pairs: {stats['training_pairs_read']:,} read, {stats['dropped_by_length']:,} dropped by the "
+        f"length filters, {stats['training_pairs']:,} kept; "
+        f"validation {stats['valid_pairs']:,}, test {stats['test_pairs']:,}"
+    )
     tell(f"  malformed lines skipped: {skipped}")
     for side in ("source", "target"):
         tokens = stats[f"{side}_tokens"]
         if tokens["total"]:
-            tell(f"  {side} tokens: {tokens['total']:,} in all; per pair median {tokens['p50']:g}, "
-                 f"90% {tokens['p90']:g}, 99% {tokens['p99']:g}, longest {tokens['max']:,}")
+            tell(
+                f"  {side} tokens: {tokens['total']:,} in all; per pair median {tokens['p50']:g}, "
+                f"90% {tokens['p90']:g}, 99% {tokens['p99']:g}, longest {tokens['max']:,}"
+            )

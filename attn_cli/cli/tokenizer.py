@@ -12,8 +12,11 @@ from attn_cli.config import load_config
 from attn_cli.paths import RunPaths
 
 
-def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
-              retrain: bool = typer.Option(False, "--retrain", help="Replace the run's tokenizer if it has one.")) -> None:
+def tokenizer(
+    config: Path = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+    retrain: bool = typer.Option(False, "--retrain", help="Replace the run's tokenizer if it has one."),
+) -> None:
     """Train the run's SentencePiece tokenizer on its own.
 
     Example:
@@ -30,5 +33,7 @@ def tokenizer(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption
         write_splits(cfg, split)
         tokenizers = train_or_load_tokenizers(cfg, split, stderr.print, retrain=retrain)
     sample = next(split.train_pairs(), ("Hello, world.", "你好，世界。"))
-    tell(f"example: {' '.join(tokenizers.source.encode_pieces([sample[0]])[0])}  |  "
-         f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}")
+    tell(
+        f"example: {' '.join(tokenizers.source.encode_pieces([sample[0]])[0])}  |  "
+        f"{' '.join(tokenizers.target.encode_pieces([sample[1]])[0])}"
+    )

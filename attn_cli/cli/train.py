@@ -13,11 +13,20 @@ from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
 
 
-def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
-          resume: bool = typer.Option(False, "--resume", help="Continue the run exactly where "
-                                      "RUN/checkpoints/last.pt left off; --set may extend train.max_steps."),
-          list_configs: bool = typer.Option(False, "--list-configs", help="List the configs that ship with attn "
-                                            "(--config finds them by name from any directory) and exit.")) -> None:
+def train(
+    config: Path = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the run exactly where RUN/checkpoints/last.pt left off; --set may extend train.max_steps.",
+    ),
+    list_configs: bool = typer.Option(
+        False,
+        "--list-configs",
+        help="List the configs that ship with attn (--config finds them by name from any directory) and exit.",
+    ),
+) -> None:
     """Train a tokenizer (if the run has none) and a Transformer, with validation and checkpoints.
 
     Example:
@@ -28,7 +37,8 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
 
       attn train --config runs/try/config.yaml --resume --set train.max_steps=400
 
-      attn train --config en-zh.yaml --set train.init_from=runs/en-zh --set data.corpus.path=medical.tsv --set run_dir=runs/medical
+      attn train --config en-zh.yaml --set train.init_from=runs/en-zh \
+        --set data.corpus.path=medical.tsv --set run_dir=runs/medical
 
       attn train --list-configs
     """
@@ -53,14 +63,20 @@ def train(config: Path = ConfigOption, set_: Optional[List[str]] = SetOption,
         return  # rank 0 of a torchrun run reports for all its processes
     best = result.best_metrics
     score = f", best validation BLEU {best['valid_bleu']:.2f}" if "valid_bleu" in best else ""
-    tell(f"trained {result.step:,} steps ({result.epoch} epoch{'' if result.epoch == 1 else 's'}) in {format_duration(result.elapsed)}{score}; "
-         f"checkpoints in {result.paths.checkpoint_dir}")
+    tell(
+        f"trained {result.step:,} steps ({result.epoch} epoch{'' if result.epoch == 1 else 's'}) "
+        f"in {format_duration(result.elapsed)}{score}; "
+        f"checkpoints in {result.paths.checkpoint_dir}"
+    )
 
 
 def _interrupted(paths: RunPaths, signal_name: str) -> str:
     """What a stopped run says: by which signal, and how to continue it."""
     by = f" by {signal_name}" if signal_name else ""
-    saved = (f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
-             f"`attn train --config {paths.config} --resume`" if paths.last_checkpoint.is_file()
-             else " before the first checkpoint")
+    saved = (
+        f"; the last checkpoint is in {paths.last_checkpoint}; continue with "
+        f"`attn train --config {paths.config} --resume`"
+        if paths.last_checkpoint.is_file()
+        else " before the first checkpoint"
+    )
     return f"interrupted{by}{saved}"

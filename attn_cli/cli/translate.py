@@ -13,9 +13,20 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from attn_cli.cli.common import DeviceOption, stderr, tell
-from attn_cli.cli.translator import (BatchSizeOption, BeamOption, CheckpointsOption, LengthPenaltyOption, ModelOption,
-                                     NoRepeatNgramOption, NoStutterOption, RunsOption, ThreadsOption, Translator,
-                                     decode_options, load_for_decoding)
+from attn_cli.cli.translator import (
+    BatchSizeOption,
+    BeamOption,
+    CheckpointsOption,
+    LengthPenaltyOption,
+    ModelOption,
+    NoRepeatNgramOption,
+    NoStutterOption,
+    RunsOption,
+    ThreadsOption,
+    Translator,
+    decode_options,
+    load_for_decoding,
+)
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -36,6 +47,7 @@ class InputFormat(str, Enum):
 @dataclass
 class Reading:
     """How input lines become sources and prefixes: --input-format and --prefix."""
+
     format: str = "text"
     prefix: str = ""
 
@@ -43,6 +55,7 @@ class Reading:
 @dataclass
 class Inspection:
     """What `--show-attention` draws and `--attention-out` saves."""
+
     show: bool = False
     layer: int = -1
     head: Optional[int] = None
@@ -58,38 +71,76 @@ def translate(
     run: Optional[List[Path]] = RunsOption,
     checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
-    input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Translate this file, one sentence (or, "
-                                              "with --input-format jsonl, one JSON object) per line."),
-    input_format: InputFormat = typer.Option(InputFormat.text, "--input-format", help="text: one sentence per line; "
-                                             'jsonl: one {"source": ..., "prefix": ...} per line, "prefix" optional, '
-                                             "e.g. --input-format jsonl --input todo.jsonl."),
-    prefix: Optional[str] = typer.Option(None, "--prefix", help="Begin every translation with this target text and "
-                                         'search on from there (a JSONL line\'s own "prefix" wins), e.g. --prefix "我".'),
-    output_file: Optional[Path] = typer.Option(None, "--output", "-o", help="Write translations here instead of stdout."),
-    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
-                                           "jsonl: source, translations, scores and tokens."),
+    input_file: Optional[Path] = typer.Option(
+        None,
+        "--input",
+        "-i",
+        help="Translate this file, one sentence (or, with --input-format jsonl, one JSON object) per line.",
+    ),
+    input_format: InputFormat = typer.Option(
+        InputFormat.text,
+        "--input-format",
+        help="text: one sentence per line; "
+        'jsonl: one {"source": ..., "prefix": ...} per line, "prefix" optional, '
+        "e.g. --input-format jsonl --input todo.jsonl.",
+    ),
+    prefix: Optional[str] = typer.Option(
+        None,
+        "--prefix",
+        help="Begin every translation with this target text and "
+        'search on from there (a JSONL line\'s own "prefix" wins), e.g. --prefix "我".',
+    ),
+    output_file: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write translations here instead of stdout."
+    ),
+    output_format: OutputFormat = typer.Option(
+        OutputFormat.text,
+        "--format",
+        "-f",
+        help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
+        "jsonl: source, translations, scores and tokens.",
+    ),
     beam: Optional[int] = BeamOption,
-    n_best: Optional[int] = typer.Option(None, "--n-best", "-n", min=1, help="Translations per input (at most --beam; "
-                                         "with --sample, the number of samples)."),
+    n_best: Optional[int] = typer.Option(
+        None,
+        "--n-best",
+        "-n",
+        min=1,
+        help="Translations per input (at most --beam; with --sample, the number of samples).",
+    ),
     length_penalty: Optional[float] = LengthPenaltyOption,
     no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
     no_stutter: Optional[bool] = NoStutterOption,
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Output limit a * source length + b: the a."),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Output limit a * source length + b: the b."),
-    sample: Optional[bool] = typer.Option(None, "--sample/--no-sample", help="Sample each next token instead of searching."),
+    sample: Optional[bool] = typer.Option(
+        None, "--sample/--no-sample", help="Sample each next token instead of searching."
+    ),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sample: <1 sharper, >1 flatter."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="With --sample: only the k most likely tokens (0 = all)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="With --sample: the smallest set of tokens with probability >= p."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", help="With --sample: only the k most likely tokens (0 = all)."
+    ),
+    top_p: Optional[float] = typer.Option(
+        None, "--top-p", help="With --sample: the smallest set of tokens with probability >= p."
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="With --sample: a seed for repeatable samples."),
     batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
     threads: Optional[int] = ThreadsOption,
-    show_attention: bool = typer.Option(False, "--show-attention", help="Draw the cross-attention between source "
-                                        "and output tokens in the terminal (on stderr)."),
+    show_attention: bool = typer.Option(
+        False,
+        "--show-attention",
+        help="Draw the cross-attention between source and output tokens in the terminal (on stderr).",
+    ),
     attention_layer: int = typer.Option(-1, "--attention-layer", help="Decoder layer to draw (-1 = the last)."),
-    attention_head: Optional[int] = typer.Option(None, "--attention-head", help="Head to draw (default: mean of heads)."),
-    attention_out: Optional[Path] = typer.Option(None, "--attention-out", help="Save every layer and head of all "
-                                                 "three attentions: JSON, or a heatmap if the name ends in .png."),
+    attention_head: Optional[int] = typer.Option(
+        None, "--attention-head", help="Head to draw (default: mean of heads)."
+    ),
+    attention_out: Optional[Path] = typer.Option(
+        None,
+        "--attention-out",
+        help="Save every layer and head of all three attentions: JSON, or a heatmap if the name ends in .png.",
+    ),
 ) -> None:
     """Translate sentences with a trained model: beam search (or greedy, or sampling) with a KV cache.
 
@@ -122,28 +173,51 @@ def translate(
     if texts and input_file:
         raise UserError("give sentences as arguments or with --input FILE, not both")
     if not texts and not input_file and sys.stdin.isatty():
-        raise UserError('nothing to translate: give sentences as arguments (attn translate "Hello"), '
-                        "--input FILE, or pipe lines to stdin")
+        raise UserError(
+            'nothing to translate: give sentences as arguments (attn translate "Hello"), '
+            "--input FILE, or pipe lines to stdin"
+        )
     lines = read_lines(input_file) if input_file else None
     prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    flags = {"beam_size": beam, "n_best": n_best, "length_penalty": length_penalty, "max_len_a": max_len_a,
-             "max_len_b": max_len_b, "max_tokens": batch_size, "sample": sample, "temperature": temperature,
-             "top_k": top_k, "top_p": top_p, "seed": seed, "no_repeat_ngram": no_repeat_ngram,
-             "no_stutter": no_stutter}
+    flags = {
+        "beam_size": beam,
+        "n_best": n_best,
+        "length_penalty": length_penalty,
+        "max_len_a": max_len_a,
+        "max_len_b": max_len_b,
+        "max_tokens": batch_size,
+        "sample": sample,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "seed": seed,
+        "no_repeat_ngram": no_repeat_ngram,
+        "no_stutter": no_stutter,
+    }
     translator = Translator(loaded, decode_options(loaded.config.decode, flags))
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
     if inspection.wanted and translator.exported:
-        raise UserError("--show-attention and --attention-out need a checkpoint: CTranslate2 does not give "
-                        "attn every layer's attention; use --run or --checkpoint")
+        raise UserError(
+            "--show-attention and --attention-out need a checkpoint: CTranslate2 does not give "
+            "attn every layer's attention; use --run or --checkpoint"
+        )
     if inspection.wanted and loaded.is_ensemble:
-        raise UserError(f"--show-attention and --attention-out show one model's attention, not an ensemble's of "
-                        f"{len(loaded.paths)}; give one --run or --checkpoint")
+        raise UserError(
+            f"--show-attention and --attention-out show one model's attention, not an ensemble's of "
+            f"{len(loaded.paths)}; give one --run or --checkpoint"
+        )
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
     try:
         with output_stream(output_file) as out:
-            _translate_and_write(translator, texts, lines, TranslationWriter(out, output_format.value, tell, where),
-                                 inspection, Reading(input_format.value, prefix))
+            _translate_and_write(
+                translator,
+                texts,
+                lines,
+                TranslationWriter(out, output_format.value, tell, where),
+                inspection,
+                Reading(input_format.value, prefix),
+            )
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     except OSError as error:
@@ -153,16 +227,23 @@ def translate(
         raise UserError(f"cannot write the translations to stdout: {error.strerror or error}") from None
 
 
-def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Optional[Sequence[str]],
-                         writer: TranslationWriter, inspection: Inspection, reading: Reading) -> None:
+def _translate_and_write(
+    translator: Translator,
+    texts: Sequence[str],
+    lines: Optional[Sequence[str]],
+    writer: TranslationWriter,
+    inspection: Inspection,
+    reading: Reading,
+) -> None:
     """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
     from attn_cli.decoding.io import parse_inputs, stdin_batches, tolerant_stdin, valid_text
 
     if texts:
         translations = translator(*parse_inputs(texts, reading.format, "argument", prefix=reading.prefix))
     elif lines is not None:
-        translations = translator.translate_with_progress(*parse_inputs(lines, reading.format, writer.where,
-                                                                        prefix=reading.prefix))
+        translations = translator.translate_with_progress(
+            *parse_inputs(lines, reading.format, writer.where, prefix=reading.prefix)
+        )
     else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
         for batch in stdin_batches(tolerant_stdin(sys.stdin)):
             first = writer.count + 1
@@ -177,8 +258,9 @@ def _translate_and_write(translator: Translator, texts: Sequence[str], lines: Op
         _inspect(translator, translations, inspection, first=0, numbered=len(translations) > 1)
 
 
-def _inspect(translator: Translator, translations: Sequence[Translation], inspection: Inspection,
-             first: int, numbered: bool) -> None:
+def _inspect(
+    translator: Translator, translations: Sequence[Translation], inspection: Inspection, first: int, numbered: bool
+) -> None:
     """Draw and/or save the attention of each translation, the files named by input line when numbered."""
     from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
 

@@ -25,29 +25,66 @@ if TYPE_CHECKING:
     from attn_cli.training.checkpoint import Checkpoint
 
 # --run and --checkpoint of both commands: repeated, they name the members of an ensemble.
-RunsOption = typer.Option(None, "--run", help="Run directory (default: runs/en-zh, the run_dir of en-zh.yaml). "
-                          "Repeat to decode with an ensemble of the runs' best checkpoints: --run runs/a --run runs/b.")
-CheckpointsOption = typer.Option(None, "--checkpoint", help="Checkpoint file (default: RUN/checkpoints/best.pt). "
-                                 "Repeat to decode with an ensemble: --checkpoint a.pt --checkpoint b.pt.")
+RunsOption = typer.Option(
+    None,
+    "--run",
+    help="Run directory (default: runs/en-zh, the run_dir of en-zh.yaml). "
+    "Repeat to decode with an ensemble of the runs' best checkpoints: --run runs/a --run runs/b.",
+)
+CheckpointsOption = typer.Option(
+    None,
+    "--checkpoint",
+    help="Checkpoint file (default: RUN/checkpoints/best.pt). "
+    "Repeat to decode with an ensemble: --checkpoint a.pt --checkpoint b.pt.",
+)
 # Decoding flags of both commands; None leaves the checkpoint's config value.
-BeamOption = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size).")
+BeamOption = typer.Option(
+    None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size)."
+)
 LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
-NoRepeatNgramOption = typer.Option(None, "--no-repeat-ngram", min=0, help="Forbid any token n-gram of this size "
-                                   "twice in one output, e.g. 3 (curbs stutter); 0 turns it off (config: decode.no_repeat_ngram).")
-NoStutterOption = typer.Option(None, "--no-stutter/--allow-stutter", help="Forbid a unit of 1-4 characters three "
-                               "times in a row in an output (叔叔叔, 一座一座一座; digits and spaces may repeat) "
-                               "(config: decode.no_stutter).")
+NoRepeatNgramOption = typer.Option(
+    None,
+    "--no-repeat-ngram",
+    min=0,
+    help="Forbid any token n-gram of this size "
+    "twice in one output, e.g. 3 (curbs stutter); 0 turns it off (config: decode.no_repeat_ngram).",
+)
+NoStutterOption = typer.Option(
+    None,
+    "--no-stutter/--allow-stutter",
+    help="Forbid a unit of 1-4 characters three "
+    "times in a row in an output (叔叔叔, 一座一座一座; digits and spaces may repeat) "
+    "(config: decode.no_stutter).",
+)
 BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
-ModelOption = typer.Option(None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2).")
-ThreadsOption = typer.Option(None, "--threads", min=1, max=1024, help="CPU threads: torch's for a checkpoint (default: "
-                             "torch's choice), CTranslate2's intra-op threads for --model (default 1).")
+ModelOption = typer.Option(
+    None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2)."
+)
+ThreadsOption = typer.Option(
+    None,
+    "--threads",
+    min=1,
+    max=1024,
+    help="CPU threads: torch's for a checkpoint (default: "
+    "torch's choice), CTranslate2's intra-op threads for --model (default 1).",
+)
 
 # The flag of each `decode` setting a command can override.
-DECODE_FLAGS = {"beam_size": "--beam", "n_best": "--n-best", "length_penalty": "--length-penalty",
-                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "max_tokens": "--batch-size",
-                "sample": "--sample", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-                "seed": "--seed", "no_repeat_ngram": "--no-repeat-ngram",
-                "no_stutter": "--no-stutter"}
+DECODE_FLAGS = {
+    "beam_size": "--beam",
+    "n_best": "--n-best",
+    "length_penalty": "--length-penalty",
+    "max_len_a": "--max-len-a",
+    "max_len_b": "--max-len-b",
+    "max_tokens": "--batch-size",
+    "sample": "--sample",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "no_repeat_ngram": "--no-repeat-ngram",
+    "no_stutter": "--no-stutter",
+}
 
 
 def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:
@@ -101,8 +138,9 @@ class Loaded:
         return min(config.model.max_positions for config in configs) - 1
 
 
-def load_for_decoding(runs: Sequence[Path], checkpoints: Sequence[Path], model: Path | None,
-                      device: str, threads: int | None = None) -> Loaded:
+def load_for_decoding(
+    runs: Sequence[Path], checkpoints: Sequence[Path], model: Path | None, device: str, threads: int | None = None
+) -> Loaded:
     """The exported model at `model`, or else the checkpoints that --run and --checkpoint pick, on the
     device that --device names (a bad name is reported as --device's). Checkpoints that do not share
     one tokenizer are refused: their token ids mean different pieces."""
@@ -123,13 +161,17 @@ def load_for_decoding(runs: Sequence[Path], checkpoints: Sequence[Path], model: 
     if checkpoints:
         raise UserError("--model and --checkpoint each name a model; give one of them")
     if len(runs) > 1:
-        raise UserError("--model cannot join an ensemble; decode an exported model alone, or ensemble checkpoints "
-                        "with --run A --run B")
+        raise UserError(
+            "--model cannot join an ensemble; decode an exported model alone, or ensemble checkpoints "
+            "with --run A --run B"
+        )
     from attn_cli.export.exported import load_exported
 
     # One thread unless told: CTranslate2's 2-thread mode ran 1.1 to 15 times slower than its single
     # thread on the 2-core development machine (docs/benchmarks.md), never faster there.
-    return Loaded([model], exported=load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1))
+    return Loaded(
+        [model], exported=load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1)
+    )
 
 
 def _checkpoint_paths(runs: Sequence[Path], checkpoints: Sequence[Path]) -> list[Path]:
@@ -138,8 +180,9 @@ def _checkpoint_paths(runs: Sequence[Path], checkpoints: Sequence[Path]) -> list
     from attn_cli.training.checkpoint import find_checkpoint
 
     if checkpoints and len(runs) > 1:
-        raise UserError("an ensemble is several --checkpoint or several --run, not both; "
-                        "name every member as a --checkpoint FILE")
+        raise UserError(
+            "an ensemble is several --checkpoint or several --run, not both; name every member as a --checkpoint FILE"
+        )
     if checkpoints:
         return [find_checkpoint(None, checkpoint) for checkpoint in checkpoints]
     return [find_checkpoint(run, None) for run in runs] or [find_checkpoint(None, None)]
@@ -155,8 +198,9 @@ class Translator:
     def exported(self) -> bool:
         return self.loaded.exported is not None
 
-    def __call__(self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None,
-                 on_batch=None) -> list[Translation]:
+    def __call__(
+        self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None, on_batch=None
+    ) -> list[Translation]:
         """Translations of `sentences`, each beginning with its prefix when `prefixes` are given."""
         from attn_cli.decoding.translate import translate_sentences
 
@@ -164,19 +208,46 @@ class Translator:
         target_language = loaded.config.data.tgt_lang
         if loaded.exported is not None:
             if prefixes is not None and any(prefix.strip() for prefix in prefixes):
-                raise UserError("a prefix needs a checkpoint: attn forces prefixes in its own search, not "
-                                "CTranslate2's; use --run or --checkpoint instead of --model")
-            return translate_sentences(None, loaded.tokenizers, sentences, self.options, loaded.max_source_tokens,
-                                       target_language, on_batch,
-                                       search=lambda src: loaded.exported.search(src, self.options))
-        return translate_sentences(loaded.model, loaded.tokenizers, sentences, self.options, loaded.max_source_tokens,
-                                   target_language, on_batch, prefixes=prefixes)
+                raise UserError(
+                    "a prefix needs a checkpoint: attn forces prefixes in its own search, not "
+                    "CTranslate2's; use --run or --checkpoint instead of --model"
+                )
+            return translate_sentences(
+                None,
+                loaded.tokenizers,
+                sentences,
+                self.options,
+                loaded.max_source_tokens,
+                target_language,
+                on_batch,
+                search=lambda src: loaded.exported.search(src, self.options),
+            )
+        return translate_sentences(
+            loaded.model,
+            loaded.tokenizers,
+            sentences,
+            self.options,
+            loaded.max_source_tokens,
+            target_language,
+            on_batch,
+            prefixes=prefixes,
+        )
 
-    def translate_with_progress(self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None) -> list[Translation]:
+    def translate_with_progress(
+        self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None
+    ) -> list[Translation]:
         """Translate, with a progress bar on stderr that goes away when done."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=stderr, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=stderr,
+            transient=True,
+        ) as progress:
             task = progress.add_task("translating", total=None)
-            return self(sentences, prefixes, on_batch=lambda done, total: progress.update(task, completed=done, total=total))
+            return self(
+                sentences, prefixes, on_batch=lambda done, total: progress.update(task, completed=done, total=total)
+            )

@@ -15,6 +15,7 @@ import torch
 
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
+
 @dataclass(frozen=True)
 class Example:
     index: int  # position in the original list, so outputs can be put back in order
@@ -22,8 +23,13 @@ class Example:
     tgt: list[int]  # token ids, no BOS/EOS; empty for source-only decoding input
 
 
-def within_length_limits(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_source_tokens: int,
-                         max_target_tokens: int, max_length_ratio: float) -> np.ndarray:
+def within_length_limits(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    max_source_tokens: int,
+    max_target_tokens: int,
+    max_length_ratio: float,
+) -> np.ndarray:
     """Which pairs (token counts without EOS) a training set keeps: both sides within their limits
     and neither more than `max_length_ratio` times as long as the other."""
     src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
@@ -32,11 +38,17 @@ def within_length_limits(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_s
     return in_range & (ratio <= max_length_ratio)
 
 
-def filter_by_length(examples: list[Example], max_source_tokens: int, max_target_tokens: int,
-                     max_length_ratio: float) -> tuple[list[Example], int]:
+def filter_by_length(
+    examples: list[Example], max_source_tokens: int, max_target_tokens: int, max_length_ratio: float
+) -> tuple[list[Example], int]:
     """Training examples within the length limits and ratio; returns them and how many were dropped."""
-    keep = within_length_limits([len(e.src) for e in examples], [len(e.tgt) for e in examples],
-                                max_source_tokens, max_target_tokens, max_length_ratio)
+    keep = within_length_limits(
+        [len(e.src) for e in examples],
+        [len(e.tgt) for e in examples],
+        max_source_tokens,
+        max_target_tokens,
+        max_length_ratio,
+    )
     kept = [example for example, kept in zip(examples, keep.tolist()) if kept]
     return kept, len(examples) - len(kept)
 
@@ -67,7 +79,7 @@ class Batch:
 def _padded(rows: list[list[int]]) -> torch.Tensor:
     tensor = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
     for i, row in enumerate(rows):
-        tensor[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        tensor[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return tensor
 
 
@@ -75,14 +87,17 @@ def collate(examples: list[Example]) -> Batch:
     """Pad a list of examples into one batch; the source gets EOS, the target BOS (in) and EOS (out)."""
     if not examples:
         raise ValueError("collate needs at least one example")
-    return Batch(src=_padded([e.src + [EOS_ID] for e in examples]),
-                 tgt_in=_padded([[BOS_ID] + e.tgt for e in examples]),
-                 tgt_out=_padded([e.tgt + [EOS_ID] for e in examples]),
-                 indices=[e.index for e in examples])
+    return Batch(
+        src=_padded([e.src + [EOS_ID] for e in examples]),
+        tgt_in=_padded([[BOS_ID] + e.tgt for e in examples]),
+        tgt_out=_padded([e.tgt + [EOS_ID] for e in examples]),
+        indices=[e.index for e in examples],
+    )
 
 
-def token_batches(examples: Sequence[Example], max_tokens: int, shuffle: bool, seed: int = 0,
-                  epoch: int = 0) -> list[np.ndarray]:
+def token_batches(
+    examples: Sequence[Example], max_tokens: int, shuffle: bool, seed: int = 0, epoch: int = 0
+) -> list[np.ndarray]:
     """Positions into `examples`, grouped into length-bucketed batches of at most `max_tokens`.
 
     A batch's cost is its padded size on the longer side: rows * max(longest src + 1, longest tgt + 1).
@@ -109,8 +124,10 @@ def _lengths(examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
     memory-mapped pairs (attn_cli/data/prepared.py) without reading their tokens."""
     if hasattr(examples, "src_lengths"):
         return examples.src_lengths + 1, examples.tgt_lengths + 1
-    return (np.fromiter((len(e.src) + 1 for e in examples), np.int64, len(examples)),
-            np.fromiter((len(e.tgt) + 1 for e in examples), np.int64, len(examples)))
+    return (
+        np.fromiter((len(e.src) + 1 for e in examples), np.int64, len(examples)),
+        np.fromiter((len(e.tgt) + 1 for e in examples), np.int64, len(examples)),
+    )
 
 
 def _cut_points(longest_sides: np.ndarray, max_tokens: int) -> list[int]:
@@ -120,7 +137,7 @@ def _cut_points(longest_sides: np.ndarray, max_tokens: int) -> list[int]:
     size = longest = 0
     chunk = 1 << 16  # Python ints a chunk at a time, not millions at once
     for start in range(0, len(longest_sides), chunk):
-        for index, length in enumerate(longest_sides[start:start + chunk].tolist(), start):
+        for index, length in enumerate(longest_sides[start : start + chunk].tolist(), start):
             if size and (size + 1) * max(longest, length) > max_tokens:
                 cuts.append(index)
                 size = longest = 0

@@ -18,5 +18,5 @@ def corpus_file(path: str) -> str:
     """`path` itself, or the packaged file of a `builtin:NAME` path (KeyError for an unknown NAME)."""
     if not path.startswith(BUILTIN_PREFIX):
         return path
-    name = path[len(BUILTIN_PREFIX):]
+    name = path[len(BUILTIN_PREFIX) :]
     return str(Path(str(resources.files("attn_cli"))) / "corpora" / _CORPORA[name])

@@ -71,8 +71,9 @@ class _Skipper:
 # Reading
 
 
-def iter_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
-                config_key: str = "data.corpus") -> Iterator[Pair]:
+def iter_corpus(
+    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+) -> Iterator[Pair]:
     """The (source, target) pairs that `cfg` describes, surrounding whitespace stripped, read as a
     stream: a corpus of any size costs the memory of one line (or one batch of dataset rows).
 
@@ -81,8 +82,9 @@ def iter_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadRe
     return (pair for _, pair in iter_numbered_corpus(cfg, strict, report, config_key))
 
 
-def iter_numbered_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
-                         config_key: str = "data.corpus") -> Iterator[tuple[int, Pair]]:
+def iter_numbered_corpus(
+    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+) -> Iterator[tuple[int, Pair]]:
     """`iter_corpus`, each pair with the 1-based line it was read from (the row + 1 of a dataset),
     so that a report about a pair can point at it in the file."""
     readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "hf": _read_hf}
@@ -94,8 +96,9 @@ def iter_numbered_corpus(cfg: CorpusConfig, strict: bool = False, report: Option
         yield line, pair
 
 
-def read_corpus(cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None,
-                config_key: str = "data.corpus") -> list[Pair]:
+def read_corpus(
+    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+) -> list[Pair]:
     """All pairs of a corpus small enough to hold in memory: a validation or test corpus."""
     return list(iter_corpus(cfg, strict, report, config_key))
 
@@ -109,11 +112,15 @@ def _corpus_file(path: Optional[str], key: str) -> str:
     try:
         file = corpus_file(path) if path else ""
     except KeyError:
-        raise DataError(f"{key}: {path!r} is not a built-in corpus; the built-in ones are "
-                        f"{', '.join(BUILTIN_PREFIX + name for name in corpus_names())}") from None
+        raise DataError(
+            f"{key}: {path!r} is not a built-in corpus; the built-in ones are "
+            f"{', '.join(BUILTIN_PREFIX + name for name in corpus_names())}"
+        ) from None
     if not file or not Path(file).is_file():
-        raise DataError(f"corpus file not found: {path} (check {key} in your config; "
-                        "relative paths are resolved from the current directory)")
+        raise DataError(
+            f"corpus file not found: {path} (check {key} in your config; "
+            "relative paths are resolved from the current directory)"
+        )
     return file
 
 
@@ -125,7 +132,7 @@ def _read_lines(path: Optional[str], key: str) -> Iterator[bytes]:
         with _OPENERS.get(Path(file).suffix, open)(file, "rb") as stream:
             for number, line in enumerate(stream):
                 if number == 0 and line.startswith(_UTF8_BOM):
-                    line = line[len(_UTF8_BOM):]
+                    line = line[len(_UTF8_BOM) :]
                 # A final newline ends the last line; it does not start an extra empty one.
                 yield line[:-1] if line.endswith(b"\n") else line
     except (OSError, EOFError, lzma.LZMAError) as error:  # a truncated or corrupt compressed file
@@ -242,9 +249,11 @@ def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]
             # Misaligned files would pair every later sentence with the wrong translation.
             src_count = number - 1 + (src_raw is not None) + sum(1 for _ in src_lines)
             tgt_count = number - 1 + (tgt_raw is not None) + sum(1 for _ in tgt_lines)
-            raise DataError(f"aligned text files differ in length: {cfg.src_path} has {src_count} lines, "
-                            f"{cfg.tgt_path} has {tgt_count} (check {key}.src_path and {key}.tgt_path; "
-                            "line N of one must translate line N of the other)")
+            raise DataError(
+                f"aligned text files differ in length: {cfg.src_path} has {src_count} lines, "
+                f"{cfg.tgt_path} has {tgt_count} (check {key}.src_path and {key}.tgt_path; "
+                "line N of one must translate line N of the other)"
+            )
         yield src_raw, tgt_raw
 
 
@@ -291,26 +300,34 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
 
     if cfg.path:
         if not Path(cfg.path).is_dir():
-            raise DataError(f"dataset directory not found: {cfg.path} (check {key}.path in your config; it must be "
-                            "a directory written by Dataset.save_to_disk; relative paths are resolved from the "
-                            "current directory)")
+            raise DataError(
+                f"dataset directory not found: {cfg.path} (check {key}.path in your config; it must be "
+                "a directory written by Dataset.save_to_disk; relative paths are resolved from the "
+                "current directory)"
+            )
         try:
             loaded = datasets.load_from_disk(cfg.path)
         except (OSError, ValueError) as error:  # a directory save_to_disk did not write, or damaged
-            raise DataError(f"{cfg.path} is not a saved dataset: {_first_line(error)} (check {key}.path; it must be "
-                            "a directory written by Dataset.save_to_disk)") from None
+            raise DataError(
+                f"{cfg.path} is not a saved dataset: {_first_line(error)} (check {key}.path; it must be "
+                "a directory written by Dataset.save_to_disk)"
+            ) from None
         if isinstance(loaded, datasets.DatasetDict):
             if cfg.hf_split not in loaded:
-                raise DataError(f"{cfg.path}: no split {cfg.hf_split!r} (check {key}.hf_split; "
-                                f"available: {', '.join(loaded.keys())})")
+                raise DataError(
+                    f"{cfg.path}: no split {cfg.hf_split!r} (check {key}.hf_split; "
+                    f"available: {', '.join(loaded.keys())})"
+                )
             loaded = loaded[cfg.hf_split]
         return loaded
     extra = {"data_files": cfg.hf_data_files} if cfg.hf_data_files else {}
     try:
         return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
     except (OSError, ValueError) as error:  # not found, not reachable (no network), or not readable
-        raise DataError(f"dataset {cfg.hf_name!r} could not be loaded: {_first_line(error)} (check {key}.hf_name "
-                        f"and {key}.hf_data_files)") from None
+        raise DataError(
+            f"dataset {cfg.hf_name!r} could not be loaded: {_first_line(error)} (check {key}.hf_name "
+            f"and {key}.hf_data_files)"
+        ) from None
 
 
 def _first_line(error: Exception) -> str:
@@ -321,6 +338,7 @@ def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> str:
     """The top-level column that `dotted` starts in; a missing column is a config error, not a bad row."""
     top = dotted.split(".")[0]
     if top not in dataset.column_names:
-        raise DataError(f"{source}: no column {top!r} for {key}={dotted!r} "
-                        f"(available columns: {', '.join(dataset.column_names)})")
+        raise DataError(
+            f"{source}: no column {top!r} for {key}={dotted!r} (available columns: {', '.join(dataset.column_names)})"
+        )
     return top

@@ -44,13 +44,14 @@ class JoinSettings:
     target_separator: str
 
 
-def plan_groups(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: JoinSettings,
-                rng: np.random.Generator) -> list[np.ndarray]:
+def plan_groups(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: JoinSettings, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Groups of positions to join: a random `rate` share of the pairs, in random order, cut into runs
     of 2..max_pairs (drawn per group) whose summed token counts stay within the limits. A pair that
     would be left alone goes back to the singles (it is in no group)."""
     count = len(src_lengths)
-    chosen = rng.permutation(count)[:int(round(settings.rate * count))]
+    chosen = rng.permutation(count)[: int(round(settings.rate * count))]
     groups: list[np.ndarray] = []
     start = 0
     while start < len(chosen):
@@ -58,8 +59,10 @@ def plan_groups(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: Join
         end, source, target = start, 0, 0
         while end < len(chosen) and end - start < size:
             position = chosen[end]
-            if end > start and (source + src_lengths[position] > settings.max_source_tokens
-                                or target + tgt_lengths[position] > settings.max_target_tokens):
+            if end > start and (
+                source + src_lengths[position] > settings.max_source_tokens
+                or target + tgt_lengths[position] > settings.max_target_tokens
+            ):
                 break
             source += src_lengths[position]
             target += tgt_lengths[position]
@@ -96,20 +99,26 @@ class EpochPairs:
         return int(self.src_lengths[positions].sum() + self.tgt_lengths[positions].sum())
 
 
-def join_epoch(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, seed: int,
-               epoch: int) -> EpochPairs:
+def join_epoch(
+    base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, seed: int, epoch: int
+) -> EpochPairs:
     """The examples of `epoch`: `base` with a `rate` share of its pairs joined, drawn from (seed, epoch)."""
     rng = np.random.default_rng([seed, epoch, _JOIN_STREAM])
     groups = plan_groups(base.src_lengths, base.tgt_lengths, settings, rng)
     alone = np.ones(len(base), dtype=bool)
     rows: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
     for start in range(0, len(groups), _CHUNK):  # a chunk's texts at a time, never the epoch's
-        chunk = groups[start:start + _CHUNK]
+        chunk = groups[start : start + _CHUNK]
         src_rows, tgt_rows = _joined_rows(base, tokenizers, settings, chunk)
         # Tokenized again, a joined pair can come out a token longer than its parts; one over the
         # limits is not made, and its pairs stay alone.
-        fits = within_length_limits([len(row) for row in src_rows], [len(row) for row in tgt_rows],
-                                    settings.max_source_tokens, settings.max_target_tokens, float("inf"))
+        fits = within_length_limits(
+            [len(row) for row in src_rows],
+            [len(row) for row in tgt_rows],
+            settings.max_source_tokens,
+            settings.max_target_tokens,
+            float("inf"),
+        )
         for group, src_row, tgt_row, made in zip(chunk, src_rows, tgt_rows, fits.tolist()):
             if made:
                 alone[group] = False
@@ -118,8 +127,9 @@ def join_epoch(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSetti
     return EpochPairs(base, np.flatnonzero(alone), _in_memory_pairs(rows["src"], rows["tgt"]))
 
 
-def _joined_rows(base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings,
-                 groups: list[np.ndarray]) -> tuple[list[list[int]], list[list[int]]]:
+def _joined_rows(
+    base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, groups: list[np.ndarray]
+) -> tuple[list[list[int]], list[list[int]]]:
     """The token ids of each group's pairs joined as text and tokenized again."""
     members = np.concatenate(groups)
     src_texts = tokenizers.source.decode([base[int(p)].src for p in members])

@@ -16,13 +16,19 @@ from typing import Callable, Iterable, Iterator, Optional
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, within_length_limits
 from attn_cli.data.corpus import Pair, ReadReport
-from attn_cli.data.prepared import (PreparedData, TokenizedPairsWriter, entry_name, open_prepared,
-                                    remove_entries_but, save_prepared)
+from attn_cli.data.prepared import (
+    PreparedData,
+    TokenizedPairsWriter,
+    entry_name,
+    open_prepared,
+    remove_entries_but,
+    save_prepared,
+)
 from attn_cli.data.progress import StageProgress
 from attn_cli.data.split import CorpusSplit, split_corpus
+from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
-from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
 
 Log = Callable[[str], None]
 
@@ -65,8 +71,9 @@ def saved_tokenizers(cfg: Config, log: Log = print) -> Tokenizers | None:
     return tokenizers
 
 
-def tokenizers_and_data(cfg: Config, log: Log = print,
-                        tokenizers: Tokenizers | None = None) -> tuple[Tokenizers, PreparedData]:
+def tokenizers_and_data(
+    cfg: Config, log: Log = print, tokenizers: Tokenizers | None = None
+) -> tuple[Tokenizers, PreparedData]:
     """The tokenizers (`tokenizers`, else the run's saved ones, else trained on the corpus) and the
     prepared data: the data stage of `attn train` and `attn prepare`."""
     tokenizers = tokenizers if tokenizers is not None else saved_tokenizers(cfg, log)
@@ -77,8 +84,13 @@ def tokenizers_and_data(cfg: Config, log: Log = print,
     return tokenizers, prepare_data(cfg, tokenizers, log, split, report)
 
 
-def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, split: CorpusSplit | None = None,
-                 report: ReadReport | None = None) -> PreparedData:
+def prepare_data(
+    cfg: Config,
+    tokenizers: Tokenizers,
+    log: Log = print,
+    split: CorpusSplit | None = None,
+    report: ReadReport | None = None,
+) -> PreparedData:
     """The prepared training data for this config and tokenizer: opened when an earlier start
     prepared it, else read (unless `split` is given, with the `report` of its reading), tokenized,
     filtered and saved. The run's valid and test files are written from it."""
@@ -96,9 +108,14 @@ def prepare_data(cfg: Config, tokenizers: Tokenizers, log: Log = print, split: C
             dropped = split.train_count - kept
             if dropped:
                 log(f"length filter: dropped {dropped:,} of {split.train_count:,} training pairs")
-            return {"training_pairs_read": split.train_count, "dropped_by_length": dropped, "training_pairs": kept,
-                    "valid_pairs": len(split.valid), "test_pairs": len(split.test),
-                    "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped))}
+            return {
+                "training_pairs_read": split.train_count,
+                "dropped_by_length": dropped,
+                "training_pairs": kept,
+                "valid_pairs": len(split.valid),
+                "test_pairs": len(split.test),
+                "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped)),
+            }
 
         prepared = save_prepared(cache_dir(cfg), name, write_train, split.valid, split.test)
         log(f"data: prepared in {prepared.directory}")
@@ -114,8 +131,13 @@ def _tokenize_into(writer: TokenizedPairsWriter, pairs: Iterable[Pair], tokenize
     for chunk in _chunks(pairs, _ENCODE_CHUNK):
         sources = tokenizers.source.encode([source for source, _ in chunk])
         targets = tokenizers.target.encode([target for _, target in chunk])
-        keep = within_length_limits([len(s) for s in sources], [len(t) for t in targets], cfg.data.max_source_tokens,
-                                    cfg.data.max_target_tokens, cfg.data.max_length_ratio).tolist()
+        keep = within_length_limits(
+            [len(s) for s in sources],
+            [len(t) for t in targets],
+            cfg.data.max_source_tokens,
+            cfg.data.max_target_tokens,
+            cfg.data.max_length_ratio,
+        ).tolist()
         writer.add([s for s, k in zip(sources, keep) if k], [t for t, k in zip(targets, keep) if k])
         kept += sum(keep)
     return kept
@@ -131,14 +153,17 @@ def open_data(cfg: Config, tokenizers: Tokenizers) -> PreparedData:
     """The data another process prepared for this config and tokenizer (torchrun ranks after rank 0)."""
     prepared = open_prepared(cache_dir(cfg), entry_name(cfg.data, tokenizers))
     if prepared is None:
-        raise ConfigError(f"no prepared data in {cache_dir(cfg)} for this config; rank 0 should have written it",
-                          "data.cache_dir")
+        raise ConfigError(
+            f"no prepared data in {cache_dir(cfg)} for this config; rank 0 should have written it", "data.cache_dir"
+        )
     return prepared
 
 
 def _describe(stats: dict) -> str:
-    return (f"{stats['training_pairs']:,} training pairs after the length filters, {stats['valid_pairs']:,} validation, "
-            f"{stats['test_pairs']:,} test")
+    return (
+        f"{stats['training_pairs']:,} training pairs after the length filters, {stats['valid_pairs']:,} validation, "
+        f"{stats['test_pairs']:,} test"
+    )
 
 
 def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers) -> list[Example]:
@@ -160,8 +185,10 @@ def train_or_load_tokenizers(cfg: Config, split: CorpusSplit, log: Log = print, 
     pairs = StageProgress(log).track(split.train_pairs(), "sampling pairs for the tokenizer", split.train_count)
     sample = reservoir_sample(pairs, cfg.tokenizer.max_training_sentences, seed=cfg.train.seed)
     kind = "joint" if cfg.tokenizer.joint else "separate"
-    log(f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
-        f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(sample):,} training pairs")
+    log(
+        f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
+        f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(sample):,} training pairs"
+    )
     tokenizers = train_tokenizers([p[0] for p in sample], [p[1] for p in sample], cfg.tokenizer, seed=cfg.train.seed)
     tokenizers.save(directory)
     log(f"tokenizer: saved to {directory}")
@@ -188,6 +215,9 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
     sizes = {tokenizers.source.vocab_size, tokenizers.target.vocab_size}
     if tokenizers.joint != cfg.tokenizer.joint or sizes != {cfg.tokenizer.vocab_size}:
         kind = "joint" if tokenizers.joint else "separate"
-        raise ConfigError(f"{directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
-                          f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
-                          f"run `attn tokenizer --retrain` with this config, or use another run_dir", "tokenizer")
+        raise ConfigError(
+            f"{directory} holds a {kind} tokenizer of {sorted(sizes)} pieces, but the config "
+            f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
+            f"run `attn tokenizer --retrain` with this config, or use another run_dir",
+            "tokenizer",
+        )

@@ -53,15 +53,20 @@ class TokenizedPairs:
         return len(self.src_offsets) - 1
 
     def __getitem__(self, i: int) -> Example:
-        return Example(i, self.src_ids[self.src_offsets[i]:self.src_offsets[i + 1]].tolist(),
-                       self.tgt_ids[self.tgt_offsets[i]:self.tgt_offsets[i + 1]].tolist())
+        return Example(
+            i,
+            self.src_ids[self.src_offsets[i] : self.src_offsets[i + 1]].tolist(),
+            self.tgt_ids[self.tgt_offsets[i] : self.tgt_offsets[i + 1]].tolist(),
+        )
 
     def token_count(self, positions: np.ndarray) -> int:
         """The tokens of the pairs at `positions`, both sides (without EOS or BOS), read from the
         offsets alone: no pair's ids are touched."""
         positions = np.asarray(positions, dtype=np.int64)
-        return int((self.src_offsets[positions + 1] - self.src_offsets[positions]).sum()
-                   + (self.tgt_offsets[positions + 1] - self.tgt_offsets[positions]).sum())
+        return int(
+            (self.src_offsets[positions + 1] - self.src_offsets[positions]).sum()
+            + (self.tgt_offsets[positions + 1] - self.tgt_offsets[positions]).sum()
+        )
 
     @property
     def src_lengths(self) -> np.ndarray:
@@ -130,8 +135,12 @@ def entry_name(data: DataConfig, tokenizers: Tokenizers) -> str:
     """The name of the entry these settings and this tokenizer prepare: a hash of all they depend on."""
     corpora = [c for c in (data.corpus, data.valid_corpus, data.test_corpus) if c is not None]
     settings = {key: value for key, value in config_to_dict(data).items() if key != "cache_dir"}  # where, not what
-    made_of = {"format": FORMAT, "data": settings, "corpora": [_identity(c) for c in corpora],
-               "tokenizers": [hashlib.sha256(t.model_proto).hexdigest() for t in (tokenizers.source, tokenizers.target)]}
+    made_of = {
+        "format": FORMAT,
+        "data": settings,
+        "corpora": [_identity(c) for c in corpora],
+        "tokenizers": [hashlib.sha256(t.model_proto).hexdigest() for t in (tokenizers.source, tokenizers.target)],
+    }
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -165,16 +174,22 @@ def open_prepared(cache_dir: Path, name: str, remove_damaged: bool = True) -> Op
         return None
     try:
         manifest = json.loads((directory / _MANIFEST).read_text(encoding="utf-8"))
-        return PreparedData(TokenizedPairs.open(directory), _read_pairs(directory, "valid"),
-                            _read_pairs(directory, "test"), manifest["stats"], directory)
+        return PreparedData(
+            TokenizedPairs.open(directory),
+            _read_pairs(directory, "valid"),
+            _read_pairs(directory, "test"),
+            manifest["stats"],
+            directory,
+        )
     except (OSError, ValueError, KeyError):  # cut short by something other than attn, or changed by hand
         if remove_damaged:
             shutil.rmtree(directory, ignore_errors=True)
         return None
 
 
-def save_prepared(cache_dir: Path, name: str, write_train: Callable[[TokenizedPairsWriter], dict],
-                  valid: list[Pair], test: list[Pair]) -> PreparedData:
+def save_prepared(
+    cache_dir: Path, name: str, write_train: Callable[[TokenizedPairsWriter], dict], valid: list[Pair], test: list[Pair]
+) -> PreparedData:
     """Write the entry whole, into a temporary directory renamed into place, and open it.
     `write_train` adds the training pairs to the writer and returns the statistics of preparing;
     the token counts of what it wrote are added to them."""
@@ -186,8 +201,9 @@ def save_prepared(cache_dir: Path, name: str, write_train: Callable[[TokenizedPa
             writer = TokenizedPairsWriter(building)
             stats = write_train(writer)
             train = writer.finish()
-            stats = dict(stats, source_tokens=_length_stats(train.src_lengths),
-                         target_tokens=_length_stats(train.tgt_lengths))
+            stats = dict(
+                stats, source_tokens=_length_stats(train.src_lengths), target_tokens=_length_stats(train.tgt_lengths)
+            )
             for split, pairs in (("valid", valid), ("test", test)):
                 for side in (0, 1):
                     write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
@@ -207,8 +223,13 @@ def _length_stats(lengths: np.ndarray) -> dict:
     if not len(lengths):
         return {"total": 0}
     percentiles = np.percentile(lengths, [50, 90, 99]).round(1).tolist()
-    return {"total": int(lengths.sum()), "p50": percentiles[0], "p90": percentiles[1], "p99": percentiles[2],
-            "max": int(lengths.max())}
+    return {
+        "total": int(lengths.sum()),
+        "p50": percentiles[0],
+        "p90": percentiles[1],
+        "p99": percentiles[2],
+        "max": int(lengths.max()),
+    }
 
 
 def _read_pairs(directory: Path, split: str) -> list[Pair]:

@@ -7,8 +7,16 @@ import time
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 T = TypeVar("T")
@@ -34,8 +42,16 @@ class StageProgress:
         started, count = time.perf_counter(), 0
         progress = None
         if self.console.is_terminal:
-            progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
-                                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _Rate(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             progress.start()
             task = progress.add_task(description, total=total)
         try:

@@ -63,8 +63,10 @@ class CorpusSplit:
         stream = iter_corpus(self.data.corpus, config_key="data.corpus")
         for role, pair in itertools.zip_longest(roles, stream):
             if role is None or pair is None:  # the roles were planned for another version of the file
-                raise DataError(f"{self.data.corpus.path or self.data.corpus.src_path} changed while it was being "
-                                f"prepared (data.corpus); run the command again once it is written")
+                raise DataError(
+                    f"{self.data.corpus.path or self.data.corpus.src_path} changed while it was being "
+                    f"prepared (data.corpus); run the command again once it is written"
+                )
             yield role, pair
 
 
@@ -87,16 +89,24 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()))
 
     sampled = np.flatnonzero(roles == TRAIN)
-    sides, group_rank = assign_sides(np.frombuffer(keys, dtype=np.uint64)[sampled],
-                                     valid_size=0 if valid is not None else data.valid_size,
-                                     test_size=0 if test is not None else data.test_size, seed=data.split_seed)
+    sides, group_rank = assign_sides(
+        np.frombuffer(keys, dtype=np.uint64)[sampled],
+        valid_size=0 if valid is not None else data.valid_size,
+        test_size=0 if test is not None else data.test_size,
+        seed=data.split_seed,
+    )
     roles[sampled] = sides
     split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()))
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
-    return CorpusSplit(data, valid if valid is not None else carved[VALID], test if test is not None else carved[TEST],
-                       roles, split.train_count)
+    return CorpusSplit(
+        data,
+        valid if valid is not None else carved[VALID],
+        test if test is not None else carved[TEST],
+        roles,
+        split.train_count,
+    )
 
 
 def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> dict[int, list[Pair]]:
@@ -131,12 +141,14 @@ def assign_sides(keys: np.ndarray, valid_size: int, test_size: int, seed: int) -
     before_valid = int(filled[test_groups - 1]) if test_groups else 0
     valid_groups = _groups_until(filled, before_valid, valid_size) - test_groups if valid_size > 0 else 0
     if test_groups + valid_groups >= len(first):
-        raise DataError(f"data.valid_size={valid_size} and data.test_size={test_size} leave no training data: "
-                        f"the corpus has {len(keys)} pairs with {len(first)} distinct source sentences; "
-                        "lower the sizes or use a larger corpus")
+        raise DataError(
+            f"data.valid_size={valid_size} and data.test_size={test_size} leave no training data: "
+            f"the corpus has {len(keys)} pairs with {len(first)} distinct source sentences; "
+            "lower the sizes or use a larger corpus"
+        )
     side_of_group = np.full(len(first), TRAIN, dtype=np.uint8)
     side_of_group[shuffled[:test_groups]] = TEST
-    side_of_group[shuffled[test_groups:test_groups + valid_groups]] = VALID
+    side_of_group[shuffled[test_groups : test_groups + valid_groups]] = VALID
     rank = np.empty(len(first), dtype=np.int64)
     rank[shuffled] = np.arange(len(first))
     return side_of_group[group], rank[group]

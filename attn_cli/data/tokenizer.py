@@ -20,6 +20,7 @@ from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+
 class TokenizerError(UserError, ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
 
@@ -33,8 +34,15 @@ class Tokenizer:
             self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
         except (RuntimeError, TypeError):  # SentencePiece's own message only says the parse failed
             raise TokenizerError(f"{origin} is not a SentencePiece model (damaged, or another kind of file)") from None
-        if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise TokenizerError("tokenizer model has unexpected special ids; retrain it with `attn tokenizer --retrain`")
+        if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (
+            PAD_ID,
+            UNK_ID,
+            BOS_ID,
+            EOS_ID,
+        ):
+            raise TokenizerError(
+                "tokenizer model has unexpected special ids; retrain it with `attn tokenizer --retrain`"
+            )
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
@@ -67,8 +75,10 @@ class Tokenizer:
         """Per id, the text the piece adds to an output (▁ is a space); None for the pieces that add
         none of their own: the special ones, <unk>, and byte pieces (a byte is not a character)."""
         sp = self._sp
-        return [None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) else sp.id_to_piece(i).replace("▁", " ")
-                for i in range(self.vocab_size)]
+        return [
+            None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) else sp.id_to_piece(i).replace("▁", " ")
+            for i in range(self.vocab_size)
+        ]
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,10 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: in
             character_coverage=cfg.character_coverage,
             byte_fallback=cfg.byte_fallback,
             normalization_rule_name=cfg.normalization,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
             # Sentences are short and numerous; shuffled input keeps sampling fair.
             input_sentence_size=cfg.max_training_sentences,
             shuffle_input_sentence=True,
@@ -149,16 +162,21 @@ def _explain_training_error(message: str, cfg: TokenizerConfig) -> str:
     """SentencePiece's internal messages, translated into the config key to change."""
     if "smaller than required_chars" in message:
         needed = message.split(" vs ")[-1].split(".")[0] if " vs " in message else "more"
-        return (f"tokenizer.vocab_size={cfg.vocab_size} is too small: the corpus needs {needed} pieces for its "
-                f"characters alone; raise tokenizer.vocab_size or lower tokenizer.character_coverage")
+        return (
+            f"tokenizer.vocab_size={cfg.vocab_size} is too small: the corpus needs {needed} pieces for its "
+            f"characters alone; raise tokenizer.vocab_size or lower tokenizer.character_coverage"
+        )
     if "Vocabulary size too high" in message:
-        return (f"tokenizer.vocab_size={cfg.vocab_size} is too large for this corpus; "
-                f"lower tokenizer.vocab_size ({message.strip()})")
+        return (
+            f"tokenizer.vocab_size={cfg.vocab_size} is too large for this corpus; "
+            f"lower tokenizer.vocab_size ({message.strip()})"
+        )
     return f"SentencePiece training failed: {message.strip()}"
 
 
-def train_tokenizers(src_sentences: Sequence[str], tgt_sentences: Sequence[str], cfg: TokenizerConfig,
-                     seed: int = 1) -> Tokenizers:
+def train_tokenizers(
+    src_sentences: Sequence[str], tgt_sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1
+) -> Tokenizers:
     if cfg.joint:
         joint = train_sentencepiece(list(src_sentences) + list(tgt_sentences), cfg, seed)
         return Tokenizers(joint, joint)

@@ -63,8 +63,9 @@ def collect_attention(model: Transformer, src_ids: list[int], output_ids: list[i
     return AttentionMaps(**{kind: torch.cat(weights[kind]).float().cpu() for kind in KINDS})
 
 
-def translation_attention(model: Transformer, tokenizers: Tokenizers,
-                          translation: Translation) -> tuple[AttentionMaps, list[str], list[str]] | None:
+def translation_attention(
+    model: Transformer, tokenizers: Tokenizers, translation: Translation
+) -> tuple[AttentionMaps, list[str], list[str]] | None:
     """The attention of a translation's best hypothesis with its source and output pieces, for the
     first part of an input that was split; None for an empty input, which the model never saw."""
     if not translation.outputs:
@@ -83,8 +84,10 @@ def _labels(maps: AttentionMaps, source_tokens: Sequence[str], target_tokens: Se
     """The three token axes: source (+ EOS), decoder inputs (BOS +), emitted tokens (+ EOS)."""
     queries, keys = maps.cross.shape[-2:]
     if len(source_tokens) != keys - 1 or len(target_tokens) != queries - 1:
-        raise ValueError(f"expected {keys - 1} source and {queries - 1} target tokens without <s> and </s>, "
-                         f"got {len(source_tokens)} and {len(target_tokens)}")
+        raise ValueError(
+            f"expected {keys - 1} source and {queries - 1} target tokens without <s> and </s>, "
+            f"got {len(source_tokens)} and {len(target_tokens)}"
+        )
     return [*source_tokens, EOS], [BOS, *target_tokens], [*target_tokens, EOS]
 
 
@@ -106,8 +109,13 @@ def _cell(weight: float) -> Text:
     return Text(_SHADES[level] * 2, style=f"rgb({red},{green},{blue})")
 
 
-def render_alignment(maps: AttentionMaps, source_tokens: Sequence[str], target_tokens: Sequence[str],
-                     layer: int = -1, head: int | None = None) -> Group:
+def render_alignment(
+    maps: AttentionMaps,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    layer: int = -1,
+    head: int | None = None,
+) -> Group:
     """The cross-attention of one decoder layer as a grid: a row per emitted token, a column per
     source token; `head=None` averages the heads, which is what alignment views usually show."""
     sources, _, outputs = _labels(maps, source_tokens, target_tokens)
@@ -129,8 +137,9 @@ def render_alignment(maps: AttentionMaps, source_tokens: Sequence[str], target_t
     return Group(Text(f"cross-attention, decoder layer {layer} of {layers}, {which}"), table, Text(legend, style="dim"))
 
 
-def save_attention(path: str | Path, maps: AttentionMaps, source_tokens: Sequence[str],
-                   target_tokens: Sequence[str]) -> None:
+def save_attention(
+    path: str | Path, maps: AttentionMaps, source_tokens: Sequence[str], target_tokens: Sequence[str]
+) -> None:
     """Write a heatmap figure if `path` ends in .png, else JSON with every weight and token label."""
     path = Path(path)
     labels = _labels(maps, source_tokens, target_tokens)

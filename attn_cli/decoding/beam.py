@@ -24,17 +24,33 @@ from typing import Optional, Sequence
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import (Hypothesis, OutputConstraint, ban_repeated_ngrams, length_penalty,
-                                         no_prefix, output_limits, rows_at_limit)
+from attn_cli.decoding.hypothesis import (
+    Hypothesis,
+    OutputConstraint,
+    ban_repeated_ngrams,
+    length_penalty,
+    no_prefix,
+    output_limits,
+    rows_at_limit,
+)
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
-                max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
-                exact_steps: Optional[int] = None, prefix: Optional[torch.Tensor] = None,
-                no_repeat_ngram: int = 0, constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer | Ensemble,
+    src: torch.Tensor,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    n_best: int = 1,
+    exact_steps: Optional[int] = None,
+    prefix: Optional[torch.Tensor] = None,
+    no_repeat_ngram: int = 0,
+    constraints: Sequence[OutputConstraint] = (),
+) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
     `model` is one model or an `Ensemble`. `alpha` is the length penalty exponent (0 ranks by
@@ -56,8 +72,9 @@ def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int
         if at_limit is not None:
             at_limit = at_limit.repeat_interleave(beam_size)
         # The first call fills the cache with BOS and the whole prefix at once; each later call, the last token.
-        log_probs = ensemble.next_log_probs(search.history[:, cache.steps:], search.encoded, cache, at_limit,
-                                            exact_steps is not None)
+        log_probs = ensemble.next_log_probs(
+            search.history[:, cache.steps :], search.encoded, cache, at_limit, exact_steps is not None
+        )
         if no_repeat_ngram:
             ban_repeated_ngrams(log_probs, search.history, no_repeat_ngram)
         if exact_steps is None:
@@ -76,8 +93,15 @@ def beam_search(model: Transformer | Ensemble, src: torch.Tensor, beam_size: int
 class _BeamState:
     """The live sentences' hypotheses and the finished ones of every sentence."""
 
-    def __init__(self, ensemble: Ensemble, src: torch.Tensor, beam_size: int, alpha: float, limits: torch.Tensor,
-                 prefix: torch.Tensor):
+    def __init__(
+        self,
+        ensemble: Ensemble,
+        src: torch.Tensor,
+        beam_size: int,
+        alpha: float,
+        limits: torch.Tensor,
+        prefix: torch.Tensor,
+    ):
         batch, device = src.shape[0], src.device
         self.k, self.alpha = beam_size, alpha
         self.encoded = ensemble.encode(src)
@@ -97,7 +121,9 @@ class _BeamState:
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # best first, at most k each
         self.worst_kept = torch.full((batch,), float("-inf"), device=device)  # k-th best finished score
 
-    def advance(self, log_probs: torch.Tensor, step: int, could_end: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def advance(
+        self, log_probs: torch.Tensor, step: int, could_end: bool = True
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Take one step from the (live*k, V) log-probabilities of output position `step`.
 
         Returns the cache rows to keep, in their new order, and the source rows to keep (None when
@@ -149,14 +175,16 @@ class _BeamState:
         """A candidate that ends here, extending hypothesis `row`: kept if among its sentence's k
         best finished hypotheses."""
         length = step + 1  # tokens searched so far plus this EOS
-        self._keep(live_index, Hypothesis(self.history[row, 1:].tolist(), log_prob,
-                                          log_prob / length_penalty(length, self.alpha)))
+        self._keep(
+            live_index,
+            Hypothesis(self.history[row, 1:].tolist(), log_prob, log_prob / length_penalty(length, self.alpha)),
+        )
 
     def _keep(self, live_index: int, hypothesis: Hypothesis) -> None:
         kept = self.finished[int(self.sentence[live_index])]
         kept.append(hypothesis)
         kept.sort(key=lambda h: h.score, reverse=True)  # stable: earlier finishers win ties
-        del kept[self.k:]
+        del kept[self.k :]
         if len(kept) == self.k:
             self.worst_kept[live_index] = kept[-1].score
             self.full = True

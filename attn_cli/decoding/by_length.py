@@ -49,14 +49,17 @@ def bucket_of(source: str) -> int:
     return next((index for index, bound in enumerate(BUCKET_BOUNDS) if words <= bound), len(BUCKET_BOUNDS))
 
 
-def scores_by_length(sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str],
-                     target_language: str) -> list[BucketScores]:
+def scores_by_length(
+    sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], target_language: str
+) -> list[BucketScores]:
     """One row per bucket that holds sentences, then one for all of them."""
     buckets: dict[int, list[int]] = {}
     for row, source in enumerate(sources):
         buckets.setdefault(bucket_of(source), []).append(row)
-    rows = [_scores(bucket_name(index), [hypotheses[r] for r in members], [references[r] for r in members],
-                    target_language) for index, members in sorted(buckets.items())]
+    rows = [
+        _scores(bucket_name(index), [hypotheses[r] for r in members], [references[r] for r in members], target_language)
+        for index, members in sorted(buckets.items())
+    ]
     return rows + [_scores("all", list(hypotheses), list(references), target_language)]
 
 
@@ -64,17 +67,26 @@ def _scores(name: str, hypotheses: list[str], references: list[str], target_lang
     bleu, chrf = score_translations(hypotheses, references, target_language)
     reference_characters = sum(len(r) for r in references)
     return BucketScores(
-        name, len(hypotheses), bleu.score, chrf.score,
+        name,
+        len(hypotheses),
+        bleu.score,
+        chrf.score,
         sum(len(h) for h in hypotheses) / reference_characters if reference_characters else float("nan"),
-        sum(map(stutters, hypotheses)) / len(hypotheses), sum(map(stutters, references)) / len(references),
-        sum(h.count(REPLACEMENT_CHARACTER) for h in hypotheses))
+        sum(map(stutters, hypotheses)) / len(hypotheses),
+        sum(map(stutters, references)) / len(references),
+        sum(h.count(REPLACEMENT_CHARACTER) for h in hypotheses),
+    )
 
 
 def format_table(rows: Sequence[BucketScores]) -> str:
     """A Markdown table: what `attn eval --by-length` prints."""
-    lines = ["| source words | pairs | BLEU | chrF | length ratio | stutter (references) | U+FFFD |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| source words | pairs | BLEU | chrF | length ratio | stutter (references) | U+FFFD |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
-        lines.append(f"| {row.name} | {row.pairs:,} | {row.bleu:.2f} | {row.chrf:.2f} | {row.length_ratio:.2f} | "
-                     f"{row.stutter_rate:.1%} ({row.reference_stutter_rate:.1%}) | {row.replacement_characters} |")
+        lines.append(
+            f"| {row.name} | {row.pairs:,} | {row.bleu:.2f} | {row.chrf:.2f} | {row.length_ratio:.2f} | "
+            f"{row.stutter_rate:.1%} ({row.reference_stutter_rate:.1%}) | {row.replacement_characters} |"
+        )
     return "\n".join(lines)

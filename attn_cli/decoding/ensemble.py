@@ -76,8 +76,15 @@ class Ensemble:
     def new_cache(self) -> EnsembleCache:
         return EnsembleCache([model.new_cache() for model in self.models])
 
-    def next_log_probs(self, tokens: torch.Tensor, encoded: EnsembleEncoded, cache: Optional[EnsembleCache],
-                       at_limit: Optional[torch.Tensor], exact: bool, normalize: bool = True) -> torch.Tensor:
+    def next_log_probs(
+        self,
+        tokens: torch.Tensor,
+        encoded: EnsembleEncoded,
+        cache: Optional[EnsembleCache],
+        at_limit: Optional[torch.Tensor],
+        exact: bool,
+        normalize: bool = True,
+    ) -> torch.Tensor:
         """(rows, V) log-probabilities of the token after the last of `tokens` (rows, T): with a cache,
         the positions it does not hold yet (T > 1 fills it for all of them in one decoder call);
         without one, the whole history. `at_limit`, `exact` and `normalize` as in
@@ -89,9 +96,10 @@ class Ensemble:
         log-probabilities by one number per row, so it ranks the tokens alike.
         """
         caches = cache.per_model if cache is not None else [None] * len(self.models)
-        per_model = [next_token_log_probs(model.decode(tokens, member_encoded, member_cache)[:, -1], at_limit, exact,
-                                          normalize)
-                     for model, member_encoded, member_cache in zip(self.models, encoded.per_model, caches)]
+        per_model = [
+            next_token_log_probs(model.decode(tokens, member_encoded, member_cache)[:, -1], at_limit, exact, normalize)
+            for model, member_encoded, member_cache in zip(self.models, encoded.per_model, caches)
+        ]
         if len(per_model) == 1:
             return per_model[0]
         # (members, rows, V) -> (rows, V). A token a member rules out (-inf) stays ruled out.
@@ -104,8 +112,12 @@ def require_shared_tokenizers(named: Sequence[tuple[str, Tokenizers]]) -> None:
     checkpoint path) with that model's tokenizers."""
     (first_name, first), *others = named
     for name, tokenizers in others:
-        if (tokenizers.source.model_proto, tokenizers.target.model_proto) != \
-                (first.source.model_proto, first.target.model_proto):
-            raise UserError(f"{first_name} and {name} use different tokenizers, so they cannot decode as an ensemble; "
-                            f"ensemble checkpoints that share one (of the same run, or of runs trained with the same "
-                            f"tokenizer/ folder)")
+        if (tokenizers.source.model_proto, tokenizers.target.model_proto) != (
+            first.source.model_proto,
+            first.target.model_proto,
+        ):
+            raise UserError(
+                f"{first_name} and {name} use different tokenizers, so they cannot decode as an ensemble; "
+                f"ensemble checkpoints that share one (of the same run, or of runs trained with the same "
+                f"tokenizer/ folder)"
+            )

@@ -9,11 +9,17 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
-from attn_cli.decoding.hypothesis import (Hypothesis, OutputConstraint, ban_repeated_ngrams, length_penalty,
-                                         no_prefix, output_limits, rows_at_limit)
+from attn_cli.decoding.hypothesis import (
+    Hypothesis,
+    OutputConstraint,
+    ban_repeated_ngrams,
+    length_penalty,
+    no_prefix,
+    output_limits,
+    rows_at_limit,
+)
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
-
 
 # A rule that picks the next token of every row from its (rows, V) log-probabilities.
 TokenChooser = Callable[[torch.Tensor], torch.Tensor]
@@ -23,10 +29,12 @@ def choose_most_likely(log_probs: torch.Tensor) -> torch.Tensor:
     return log_probs.max(dim=-1).indices  # on the CPU, faster than argmax over a vocabulary
 
 
-def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-            generator: Optional[torch.Generator] = None) -> TokenChooser:
+def sampler(
+    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, generator: Optional[torch.Generator] = None
+) -> TokenChooser:
     """Sample from the distribution sharpened or flattened by `temperature`, restricted to the
     `top_k` most likely tokens (0 = all) and to the smallest set whose probability reaches `top_p`."""
+
     def choose(log_probs: torch.Tensor) -> torch.Tensor:
         logits = log_probs / temperature
         if top_k > 0:
@@ -39,15 +47,26 @@ def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
             drop = probs.cumsum(dim=-1) - probs >= top_p
             logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
         return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
     return choose
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  use_cache: bool = True, exact_steps: Optional[int] = None,
-                  choose: TokenChooser = choose_most_likely, samples: int = 1,
-                  alpha: float = 0.0, scored: bool = True, prefix: Optional[torch.Tensor] = None,
-                  no_repeat_ngram: int = 0, constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
+def greedy_search(
+    model: Transformer | Ensemble,
+    src: torch.Tensor,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+    exact_steps: Optional[int] = None,
+    choose: TokenChooser = choose_most_likely,
+    samples: int = 1,
+    alpha: float = 0.0,
+    scored: bool = True,
+    prefix: Optional[torch.Tensor] = None,
+    no_repeat_ngram: int = 0,
+    constraints: Sequence[OutputConstraint] = (),
+) -> list[list[Hypothesis]]:
     """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
     `model` is one model or an `Ensemble`. `choose` picks each next token: the most likely (greedy)
@@ -78,10 +97,11 @@ def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: f
     state = _GreedyState(encoded, limits, prefix, scored)
     for step in range(steps):  # step: tokens searched so far, after the prefix
         # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
-        new_tokens = state.history[:, cache.steps:] if cache is not None else state.history
+        new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
         at_limit = rows_at_limit(step, state.limits, shortest_limit)
-        log_probs = ensemble.next_log_probs(new_tokens, state.encoded, cache, at_limit, exact_steps is not None,
-                                            normalize=scored)
+        log_probs = ensemble.next_log_probs(
+            new_tokens, state.encoded, cache, at_limit, exact_steps is not None, normalize=scored
+        )
         if no_repeat_ngram:
             ban_repeated_ngrams(log_probs, state.history, no_repeat_ngram)
         if exact_steps is None:
@@ -97,7 +117,7 @@ def greedy_search(model: Transformer | Ensemble, src: torch.Tensor, max_len_a: f
             if cache is not None:
                 cache.select(kept, source_rows=kept)
     state.finish(torch.ones_like(state.alive, dtype=torch.bool), alpha)  # exact_steps: whatever is left
-    return [state.results[b * samples:(b + 1) * samples] for b in range(src.shape[0])]
+    return [state.results[b * samples : (b + 1) * samples] for b in range(src.shape[0])]
 
 
 class _GreedyState:
@@ -134,8 +154,14 @@ class _GreedyState:
         return kept
 
 
-def greedy_decode(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  use_cache: bool = True, exact_steps: Optional[int] = None) -> list[list[int]]:
+def greedy_decode(
+    model: Transformer,
+    src: torch.Tensor,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+    exact_steps: Optional[int] = None,
+) -> list[list[int]]:
     """The greedy output ids of each source sentence, without scores (see `greedy_search`)."""
     results = greedy_search(model, src, max_len_a, max_len_b, use_cache, exact_steps, scored=False)
     return [hypotheses[0].tokens for hypotheses in results]

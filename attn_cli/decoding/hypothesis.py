@@ -39,8 +39,9 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5 + length) / 6) ** alpha
 
 
-def output_limits(max_target_positions: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int,
-                  prefix_length: int = 0) -> torch.Tensor:
+def output_limits(
+    max_target_positions: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int, prefix_length: int = 0
+) -> torch.Tensor:
     """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
     learned target positions end (`max_target_positions`, None for no end; one position is kept
     for the EOS).
@@ -60,8 +61,9 @@ def no_prefix(src: torch.Tensor) -> torch.Tensor:
     return src.new_empty((src.shape[0], 0))
 
 
-def next_token_log_probs(logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool,
-                         normalize: bool = True) -> torch.Tensor:
+def next_token_log_probs(
+    logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool, normalize: bool = True
+) -> torch.Tensor:
     """(rows, V) logits -> log-probabilities of what may come next.
 
     Padding and BOS are never emitted. A row whose `at_limit` is True may only end (EOS keeps its
@@ -91,7 +93,7 @@ def ban_repeated_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) 
     if n < 1 or length < n:  # no complete n-gram yet
         return log_probs
     windows = tokens.unfold(1, n, 1)  # (rows, L - n + 1, n): every n-gram so far
-    ending = tokens[:, length - n + 1:]  # (rows, n - 1): what the next token would complete
+    ending = tokens[:, length - n + 1 :]  # (rows, n - 1): what the next token would complete
     repeats = (windows[:, :, :-1] == ending[:, None, :]).all(dim=-1)  # (rows, L - n + 1)
     rows, starts = repeats.nonzero(as_tuple=True)
     log_probs[rows, windows[rows, starts, -1]] = float("-inf")

@@ -45,12 +45,16 @@ def read_parallel(sources: Path, references: Path) -> tuple[list[str], list[str]
     """Source sentences and their reference translations, paired line by line."""
     source_lines, reference_lines = read_lines(sources), read_lines(references)
     if len(source_lines) != len(reference_lines):
-        raise UserError(f"{sources} has {len(source_lines)} lines but {references} has {len(reference_lines)}; "
-                        f"they must pair up line by line")
+        raise UserError(
+            f"{sources} has {len(source_lines)} lines but {references} has {len(reference_lines)}; "
+            f"they must pair up line by line"
+        )
     return source_lines, reference_lines
 
 
-def valid_text(lines: Sequence[str], where: str | Path, warn: Callable[[str], None], first_number: int = 1) -> list[str]:
+def valid_text(
+    lines: Sequence[str], where: str | Path, warn: Callable[[str], None], first_number: int = 1
+) -> list[str]:
     """Each line as text the tokenizer takes: bytes that were not UTF-8 (which Python keeps in
     arguments and in `tolerant_stdin` as lone surrogates) become U+FFFD, and `warn` names the line,
     so the other lines still translate."""
@@ -65,8 +69,9 @@ def valid_text(lines: Sequence[str], where: str | Path, warn: Callable[[str], No
     return valid
 
 
-def parse_inputs(lines: Sequence[str], input_format: str, where: str | Path, first_number: int = 1,
-                 prefix: str = "") -> tuple[list[str], list[str]]:
+def parse_inputs(
+    lines: Sequence[str], input_format: str, where: str | Path, first_number: int = 1, prefix: str = ""
+) -> tuple[list[str], list[str]]:
     """The sources and prefixes of input lines. A text line is a source, with `prefix` (--prefix, ""
     for none). A JSONL line is an object {"source": "...", "prefix": "..."}: "prefix" may be left
     out (then `prefix` applies), and an empty line is an empty source, as in text."""
@@ -165,8 +170,10 @@ class TranslationWriter:
 
     def _format(self, translation: Translation) -> str:
         if self.format == "jsonl":
-            hypotheses = [{"text": text, "score": round(score, 4), "tokens": tokens}
-                          for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)]
+            hypotheses = [
+                {"text": text, "score": round(score, 4), "tokens": tokens}
+                for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)
+            ]
             record = {"source": translation.source}
             if translation.prefix:
                 record["prefix"] = translation.prefix
@@ -176,8 +183,9 @@ class TranslationWriter:
             return json.dumps(record, ensure_ascii=False) + "\n"
         if len(translation.texts) == 1:
             return translation.texts[0] + "\n"
-        return "".join(f"{self.count - 1}\t{score:.4f}\t{text}\n"
-                       for text, score in zip(translation.texts, translation.scores))
+        return "".join(
+            f"{self.count - 1}\t{score:.4f}\t{text}\n" for text, score in zip(translation.texts, translation.scores)
+        )
 
 
 @contextlib.contextmanager

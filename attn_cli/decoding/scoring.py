@@ -25,11 +25,15 @@ def bleu_tokenizer_for(language: str) -> str:
 
 def score_translations(hypotheses: Sequence[str], references: Sequence[str], target_language: str) -> list[Score]:
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up line by line")
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up line by line"
+        )
     bleu = BLEU(tokenize=bleu_tokenizer_for(target_language))
     chrf = CHRF()
     refs = [list(references)]
     bleu_score = bleu.corpus_score(list(hypotheses), refs)
     chrf_score = chrf.corpus_score(list(hypotheses), refs)
-    return [Score("BLEU", bleu_score.score, str(bleu.get_signature())),
-            Score("chrF", chrf_score.score, str(chrf.get_signature()))]
+    return [
+        Score("BLEU", bleu_score.score, str(bleu.get_signature())),
+        Score("chrF", chrf_score.score, str(chrf.get_signature())),
+    ]

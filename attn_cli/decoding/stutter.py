@@ -44,7 +44,7 @@ def has_new_stutter(text: str, old_length: int) -> bool:
     for end in range(old_length + 1, len(text) + 1):
         for unit_length in range(1, LONGEST_UNIT + 1):
             start = end - REPEATS * unit_length
-            unit = text[start:start + unit_length]
+            unit = text[start : start + unit_length]
             if start >= 0 and counts_as_unit(unit) and text[start:end] == unit * REPEATS:
                 return True
     return False
@@ -57,8 +57,9 @@ class NoStutter:
     def __init__(self, piece_texts: Sequence[Optional[str]]):
         self.texts = list(piece_texts)  # per id: what the piece adds to the output, None for no text
         # Tokens whose own text stutters: never allowed.
-        self.stuttering = torch.tensor([i for i, text in enumerate(self.texts) if text and has_new_stutter(text, 0)],
-                                       dtype=torch.long)
+        self.stuttering = torch.tensor(
+            [i for i, text in enumerate(self.texts) if text and has_new_stutter(text, 0)], dtype=torch.long
+        )
         # The tokens whose text starts with each string of up to 2 * LONGEST_UNIT characters, the most
         # a stutter begun in the output can still need.
         self.starting_with: dict[str, list[int]] = {}
@@ -72,8 +73,8 @@ class NoStutter:
                 self.starting_with.setdefault(text[:length], []).append(token)
             for unit_length in range(2, LONGEST_UNIT + 1):
                 for begun in range(1, unit_length):  # characters of the first unit already in the output
-                    rest = text[:unit_length - begun]
-                    ending = text[unit_length - begun:unit_length]  # what the output must end with
+                    rest = text[: unit_length - begun]
+                    ending = text[unit_length - begun : unit_length]  # what the output must end with
                     unit = ending + rest
                     if counts_as_unit(unit) and text.startswith((unit * REPEATS)[begun:]):
                         self.completing.setdefault(ending, []).append(token)
@@ -91,7 +92,7 @@ class NoStutter:
         # A stutter spans at most 12 characters and every token with text has one or more: the last
         # 11 tokens hold all of the output a new stutter can begin in.
         rows, columns = [], []
-        for row, tail in enumerate(history[:, -(_LONGEST_STUTTER - 1):].tolist()):
+        for row, tail in enumerate(history[:, -(_LONGEST_STUTTER - 1) :].tolist()):
             banned = self._banned_after(self._last_characters(tail))
             rows.extend([row] * len(banned))
             columns.extend(banned)
@@ -110,7 +111,7 @@ class NoStutter:
             length += len(text)
             if length >= _LONGEST_STUTTER - 1:
                 break
-        return "".join(reversed(parts))[-(_LONGEST_STUTTER - 1):]
+        return "".join(reversed(parts))[-(_LONGEST_STUTTER - 1) :]
 
     def _banned_after(self, tail: str) -> list[int]:
         """The tokens that would complete a stutter after an output ending in `tail`."""
@@ -121,11 +122,14 @@ class NoStutter:
             # How many of the last characters repeat the one unit_length before them: a stutter with
             # this unit has begun in the output's last unit_length + `repeating` characters at most.
             repeating = 0
-            while (repeating < (REPEATS - 1) * unit_length - 1 and repeating + unit_length < len(tail)
-                   and tail[-1 - repeating] == tail[-1 - repeating - unit_length]):
+            while (
+                repeating < (REPEATS - 1) * unit_length - 1
+                and repeating + unit_length < len(tail)
+                and tail[-1 - repeating] == tail[-1 - repeating - unit_length]
+            ):
                 repeating += 1
             for begun in range(unit_length, unit_length + repeating + 1):  # a whole unit out fixes the rest
-                unit = tail[len(tail) - begun:len(tail) - begun + unit_length]
+                unit = tail[len(tail) - begun : len(tail) - begun + unit_length]
                 if counts_as_unit(unit):
                     banned.extend(self.starting_with.get((unit * REPEATS)[begun:], ()))
         return banned

@@ -16,17 +16,17 @@ from typing import Any, Optional
 
 import torch
 
-from attn_cli.decoding.beam import beam_search
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate, token_batches
+from attn_cli.data.tokenizer import Tokenizer, Tokenizers
+from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.stutter import NoStutter
-from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.decoding.greedy import greedy_search, sampler
 from attn_cli.decoding.hypothesis import Hypothesis, OutputConstraint
+from attn_cli.decoding.stutter import NoStutter
+from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.errors import UserError
 from attn_cli.model import Transformer
-from attn_cli.data.tokenizer import Tokenizer, Tokenizers
 from attn_cli.vocab import PAD_ID
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
@@ -55,10 +55,14 @@ def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> Decod
     return options
 
 
-def decode_batch(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
-                 generator: torch.Generator | None = None,
-                 prefixes: Optional[Sequence[Sequence[int]]] = None,
-                 constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
+def decode_batch(
+    model: Transformer | Ensemble,
+    src: torch.Tensor,
+    options: DecodeConfig,
+    generator: torch.Generator | None = None,
+    prefixes: Optional[Sequence[Sequence[int]]] = None,
+    constraints: Sequence[OutputConstraint] = (),
+) -> list[list[Hypothesis]]:
     """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search, each
     row's output forced to begin with its `prefixes` ids (none: no prefix).
 
@@ -75,27 +79,59 @@ def decode_batch(model: Transformer | Ensemble, src: torch.Tensor, options: Deco
         group_src = src[torch.tensor(rows, device=src.device)]
         group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
         prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
-        for row, hypotheses in zip(rows, _search(model, group_src, options, generator, prefix.view(len(rows), length),
-                                                 constraints)):
+        for row, hypotheses in zip(
+            rows, _search(model, group_src, options, generator, prefix.view(len(rows), length), constraints)
+        ):
             results[row] = hypotheses
     return results
 
 
-def _search(model: Transformer | Ensemble, src: torch.Tensor, options: DecodeConfig,
-            generator: torch.Generator | None, prefix: Optional[torch.Tensor],
-            constraints: Sequence[OutputConstraint] = ()) -> list[list[Hypothesis]]:
+def _search(
+    model: Transformer | Ensemble,
+    src: torch.Tensor,
+    options: DecodeConfig,
+    generator: torch.Generator | None,
+    prefix: Optional[torch.Tensor],
+    constraints: Sequence[OutputConstraint] = (),
+) -> list[list[Hypothesis]]:
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
-        samples = greedy_search(model, src, options.max_len_a, options.max_len_b, choose=choose,
-                                samples=options.n_best, alpha=options.length_penalty, prefix=prefix,
-                                no_repeat_ngram=options.no_repeat_ngram, constraints=constraints)
+        samples = greedy_search(
+            model,
+            src,
+            options.max_len_a,
+            options.max_len_b,
+            choose=choose,
+            samples=options.n_best,
+            alpha=options.length_penalty,
+            prefix=prefix,
+            no_repeat_ngram=options.no_repeat_ngram,
+            constraints=constraints,
+        )
         return [sorted(hypotheses, key=lambda h: h.score, reverse=True) for hypotheses in samples]  # best first
     if options.beam_size == 1:
-        return greedy_search(model, src, options.max_len_a, options.max_len_b, alpha=options.length_penalty,
-                             prefix=prefix, no_repeat_ngram=options.no_repeat_ngram, constraints=constraints)
-    return beam_search(model, src, options.beam_size, options.length_penalty, options.max_len_a,
-                       options.max_len_b, options.n_best, prefix=prefix, no_repeat_ngram=options.no_repeat_ngram,
-                       constraints=constraints)
+        return greedy_search(
+            model,
+            src,
+            options.max_len_a,
+            options.max_len_b,
+            alpha=options.length_penalty,
+            prefix=prefix,
+            no_repeat_ngram=options.no_repeat_ngram,
+            constraints=constraints,
+        )
+    return beam_search(
+        model,
+        src,
+        options.beam_size,
+        options.length_penalty,
+        options.max_len_a,
+        options.max_len_b,
+        options.n_best,
+        prefix=prefix,
+        no_repeat_ngram=options.no_repeat_ngram,
+        constraints=constraints,
+    )
 
 
 def output_constraints(target: Tokenizer, options: DecodeConfig) -> list[OutputConstraint]:
@@ -131,10 +167,17 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
 Search = Callable[[torch.Tensor], list[list[Hypothesis]]]  # (B, S) source ids -> each row's hypotheses, best first
 
 
-def translate_sentences(model: Transformer | Ensemble | None, tokenizers: Tokenizers, sentences: Sequence[str],
-                        options: DecodeConfig, max_source_tokens: int, target_language: str = "",
-                        on_batch: Callable[[int, int], None] | None = None, search: Search | None = None,
-                        prefixes: Optional[Sequence[str]] = None) -> list[Translation]:
+def translate_sentences(
+    model: Transformer | Ensemble | None,
+    tokenizers: Tokenizers,
+    sentences: Sequence[str],
+    options: DecodeConfig,
+    max_source_tokens: int,
+    target_language: str = "",
+    on_batch: Callable[[int, int], None] | None = None,
+    search: Search | None = None,
+    prefixes: Optional[Sequence[str]] = None,
+) -> list[Translation]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
     `model` is one model or an `Ensemble`. An input of more than `max_source_tokens` tokens is split
@@ -150,19 +193,25 @@ def translate_sentences(model: Transformer | Ensemble | None, tokenizers: Tokeni
         device = Ensemble.of(model).device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
         constraints = output_constraints(tokenizers.target, options)
-        search = lambda src, prefixes=None: decode_batch(model, src, options, generator, prefixes,  # noqa: E731
-                                                         constraints)
+
+        def search(src, prefixes=None):
+            return decode_batch(model, src, options, generator, prefixes, constraints)
     elif any(prefix_ids):
         raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
     else:
         device = torch.device("cpu")
     encoded = tokenizers.source.encode([s.strip() for s in sentences])
-    parts = [fit_to_length(ids, max_source_tokens, options.long_inputs, tokenizers.source.id_to_piece)
-             for ids in encoded]
+    parts = [
+        fit_to_length(ids, max_source_tokens, options.long_inputs, tokenizers.source.id_to_piece) for ids in encoded
+    ]
     # Every non-empty part of every input is one example; `owners` maps it back to its input. The
     # prefix begins the input's translation, so it forces the first part's output only.
-    owned = [(owner, part, prefix_ids[owner] if number == 0 else [])
-             for owner, input_parts in enumerate(parts) for number, part in enumerate(input_parts) if part]
+    owned = [
+        (owner, part, prefix_ids[owner] if number == 0 else [])
+        for owner, input_parts in enumerate(parts)
+        for number, part in enumerate(input_parts)
+        if part
+    ]
     owners = [owner for owner, _, _ in owned]
     examples = [Example(index, part, []) for index, (_, part, _) in enumerate(owned)]
     example_prefixes = [prefix for _, _, prefix in owned]
@@ -183,12 +232,15 @@ def translate_sentences(model: Transformer | Ensemble | None, tokenizers: Tokeni
         per_input[owner].append(hypotheses)
     joiner = "" if target_language in _UNSPACED_LANGUAGES else " "
     prefixes = prefixes or [""] * len(sentences)
-    return [_assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best, prefix)
-            for sentence, ids, part_ids, part_outputs, prefix in zip(sentences, encoded, parts, per_input, prefixes)]
+    return [
+        _assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best, prefix)
+        for sentence, ids, part_ids, part_outputs, prefix in zip(sentences, encoded, parts, per_input, prefixes)
+    ]
 
 
-def _encode_prefixes(model: Transformer | Ensemble | None, tokenizers: Tokenizers,
-                     prefixes: Optional[Sequence[str]], count: int) -> list[list[int]]:
+def _encode_prefixes(
+    model: Transformer | Ensemble | None, tokenizers: Tokenizers, prefixes: Optional[Sequence[str]], count: int
+) -> list[list[int]]:
     """The target ids of each input's prefix (no EOS: the output goes on after it); a prefix must
     leave the decoder a position to end in."""
     if prefixes is None:
@@ -200,17 +252,28 @@ def _encode_prefixes(model: Transformer | Ensemble | None, tokenizers: Tokenizer
     for prefix, prefix_ids in zip(prefixes, ids):
         if most is not None and len(prefix_ids) > most - 1:  # BOS and the prefix must fit the target positions
             shown = prefix if len(prefix) <= 40 else prefix[:40] + "…"
-            raise UserError(f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most - 1} "
-                            f"the model can output; shorten it")
+            raise UserError(
+                f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most - 1} "
+                f"the model can output; shorten it"
+            )
     return ids
 
 
-def _assemble(sentence: str, ids: list[int], parts: list[list[int]], outputs: list[list[Hypothesis]],
-              tokenizers: Tokenizers, joiner: str, n_best: int, prefix: str = "") -> Translation:
+def _assemble(
+    sentence: str,
+    ids: list[int],
+    parts: list[list[int]],
+    outputs: list[list[Hypothesis]],
+    tokenizers: Tokenizers,
+    joiner: str,
+    n_best: int,
+    prefix: str = "",
+) -> Translation:
     """One input's translation from its parts' hypotheses: the i-th best of each part, joined."""
     if not outputs:  # an empty input: n empty translations, so n-best output keeps n lines per input
-        return Translation(sentence, [""] * n_best, [0.0] * n_best, [[] for _ in range(n_best)], parts, outputs,
-                           prefix=prefix)
+        return Translation(
+            sentence, [""] * n_best, [0.0] * n_best, [[] for _ in range(n_best)], parts, outputs, prefix=prefix
+        )
     texts, scores, tokens = [], [], []
     for rank in range(min(len(hypotheses) for hypotheses in outputs)):
         chosen = [hypotheses[rank] for hypotheses in outputs]

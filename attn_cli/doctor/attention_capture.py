@@ -53,9 +53,21 @@ def attention_calls(model: nn.Module) -> Iterator[list[AttentionCall]]:
         def record(module, args, kwargs, output):
             memory = args[1] if len(args) > 1 else kwargs.get("memory")
             out, weights = output
-            calls.append(AttentionCall(name, module, args[0] if args else kwargs["query"], memory,
-                                       kwargs.get("mask"), out, weights, kwargs.get("bias"), kwargs.get("rotary"),
-                                       kwargs.get("start", 0)))
+            calls.append(
+                AttentionCall(
+                    name,
+                    module,
+                    args[0] if args else kwargs["query"],
+                    memory,
+                    kwargs.get("mask"),
+                    out,
+                    weights,
+                    kwargs.get("bias"),
+                    kwargs.get("rotary"),
+                    kwargs.get("start", 0),
+                )
+            )
+
         return record
 
     for name, module in model.named_modules():

@@ -73,22 +73,47 @@ def score_scale_check(calls: list[AttentionCall], probe: Probe) -> Check:
     ratios = {f"{call.kind} {call.layer}": score_ratio(call, probe) for call in calls}
     drift = max(fused_drift(call) for call in calls)
     head_dim = calls[0].module.head_dim
-    numbers = {"ratios": {name: round(ratio, 4) for name, ratio in ratios.items()}, "fused_drift": drift,
-               "d_head": head_dim}
+    numbers = {
+        "ratios": {name: round(ratio, 4) for name, ratio in ratios.items()},
+        "fused_drift": drift,
+        "d_head": head_dim,
+    }
     wrong = {name: ratio for name, ratio in ratios.items() if abs(ratio - 1) > SCALE_TOLERANCE}
-    fix = ("divide the scores by sqrt(d_head) in MultiHeadAttention (attn_cli/model/attention.py) on both paths; "
-           "`python3 -m pytest tests/test_model.py -k explicit`")
+    fix = (
+        "divide the scores by sqrt(d_head) in MultiHeadAttention (attn_cli/model/attention.py) on both paths; "
+        "`python3 -m pytest tests/test_model.py -k explicit`"
+    )
     if wrong:
         shown = ", ".join(f"{name} {ratio:.2f}" for name, ratio in wrong.items())
-        missing = any(abs(ratio - math.sqrt(head_dim)) < SCALE_TOLERANCE * math.sqrt(head_dim) for ratio in wrong.values())
-        why = f": about sqrt(d_head) = {math.sqrt(head_dim):.2f}, the 1/sqrt(d_head) scaling is missing" if missing else ""
+        missing = any(
+            abs(ratio - math.sqrt(head_dim)) < SCALE_TOLERANCE * math.sqrt(head_dim) for ratio in wrong.values()
+        )
+        why = (
+            f": about sqrt(d_head) = {math.sqrt(head_dim):.2f}, the 1/sqrt(d_head) scaling is missing"
+            if missing
+            else ""
+        )
         return Check(SECTION, "score scale", "fail", f"scores used / (q.k/sqrt(d_head)) is {shown}{why}", fix, numbers)
     if drift > ROUNDING:
-        return Check(SECTION, "score scale", "fail", f"the explicit formula is scaled right, but the fused kernel's "
-                     f"output differs from it by {drift:.1e} (relative)", fix, numbers)
+        return Check(
+            SECTION,
+            "score scale",
+            "fail",
+            f"the explicit formula is scaled right, but the fused kernel's "
+            f"output differs from it by {drift:.1e} (relative)",
+            fix,
+            numbers,
+        )
     spread = f"{min(ratios.values()):.3f}-{max(ratios.values()):.3f}"
-    return Check(SECTION, "score scale", "pass", f"scores used / (q.k/sqrt(d_head)) = {spread} in all {len(ratios)} "
-                 f"attention layers (d_head {head_dim}); the fused kernel agrees to {drift:.0e}", fix, numbers)
+    return Check(
+        SECTION,
+        "score scale",
+        "pass",
+        f"scores used / (q.k/sqrt(d_head)) = {spread} in all {len(ratios)} "
+        f"attention layers (d_head {head_dim}); the fused kernel agrees to {drift:.0e}",
+        fix,
+        numbers,
+    )
 
 
 def head_entropies(call: AttentionCall, probe: Probe) -> list[float]:
@@ -118,7 +143,8 @@ def attention_entropy_check(calls: list[AttentionCall], probe: Probe) -> Check:
     found = f"entropy / log(keys), mean of heads by layer (1 uniform, 0 one key): {shown}"
     fix = "train longer (train.max_steps), or check the score scale and the learning rate (train.lr)"
     if uniform or one_hot:
-        problems = ([f"every head near uniform in {', '.join(uniform)}"] if uniform else []) + \
-                   ([f"every head on one key in {', '.join(one_hot)}"] if one_hot else [])
+        problems = ([f"every head near uniform in {', '.join(uniform)}"] if uniform else []) + (
+            [f"every head on one key in {', '.join(one_hot)}"] if one_hot else []
+        )
         return Check(SECTION, "attention entropy", "warn", f"{found}: {'; '.join(problems)}", fix, numbers)
     return Check(SECTION, "attention entropy", "pass", found, fix, numbers)

@@ -29,6 +29,7 @@ def failed(checks: list[Check]) -> bool:
 @dataclass
 class Examples:
     """How many times something was found, and the first few places (line numbers) it was found at."""
+
     count: int = 0
     first: list = field(default_factory=list)
     keep: int = 5
@@ -39,7 +40,7 @@ class Examples:
             self.first.append(where)
 
     def places(self, prefix: str = "line") -> str:
-        """"lines 3, 17, 40 and 2 more" (empty when there are none)."""
+        """ "lines 3, 17, 40 and 2 more" (empty when there are none)."""
         if not self.count:
             return ""
         shown = ", ".join(str(where) for where in self.first)

@@ -39,8 +39,13 @@ def config_checks(cfg: Config, tokens: Optional[TokenCounts], tokenizers: Option
 
 def _heads_divide(cfg: Config) -> Check:
     model = cfg.model
-    return Check(SECTION, "heads divide d_model", "pass", f"{model.num_heads} heads x {model.d_model // model.num_heads} "
-                 f"= model.d_model {model.d_model}", "set model.num_heads to a divisor of model.d_model")
+    return Check(
+        SECTION,
+        "heads divide d_model",
+        "pass",
+        f"{model.num_heads} heads x {model.d_model // model.num_heads} = model.d_model {model.d_model}",
+        "set model.num_heads to a divisor of model.d_model",
+    )
 
 
 def _head_size(cfg: Config) -> Check:
@@ -53,9 +58,19 @@ def _head_size(cfg: Config) -> Check:
         return Check(SECTION, "head size", "pass", found + f" (within {low}-{high}; the paper's 64)", numbers=numbers)
     heads = max(1, model.d_model // 64)
     side = "below" if size < low else "above"
-    return Check(SECTION, "head size", "warn", f"{found}, {side} {low}-{high}: each head "
-                 + ("sees too few dimensions to tell keys apart" if size < low else "is one of too few to attend to several things"),
-                 f"set model.num_heads: {heads} (d_head {model.d_model // heads})", numbers)
+    return Check(
+        SECTION,
+        "head size",
+        "warn",
+        f"{found}, {side} {low}-{high}: each head "
+        + (
+            "sees too few dimensions to tell keys apart"
+            if size < low
+            else "is one of too few to attend to several things"
+        ),
+        f"set model.num_heads: {heads} (d_head {model.d_model // heads})",
+        numbers,
+    )
 
 
 def _positions(cfg: Config, tokens: Optional[TokenCounts]) -> Check:
@@ -63,27 +78,49 @@ def _positions(cfg: Config, tokens: Optional[TokenCounts]) -> Check:
     if model.positions != "learned":
         return Check(SECTION, "max positions", "pass", f"model.positions: {model.positions} extends to any length")
     if tokens is None:
-        return Check(SECTION, "max positions", "skip", "learned positions, but no tokenizer yet to measure the data in tokens",
-                     "run `attn prepare` with this config first")
+        return Check(
+            SECTION,
+            "max positions",
+            "skip",
+            "learned positions, but no tokenizer yet to measure the data in tokens",
+            "run `attn prepare` with this config first",
+        )
     # A source gets EOS and a decoder input BOS: one position more than its tokens.
     trained = max(cfg.longest_training_sides())
     if cfg.train.join.rate == 0:  # joined pairs (train.join) reach about their limit, beyond the corpus's longest pair
         trained = min(trained, max(tokens.longest_source, tokens.longest_target))
     trained += 1
-    numbers = {"max_positions": model.max_positions, "longest_trained": trained, "over_length_limits": tokens.over_length_limits}
-    found = (f"model.max_positions {model.max_positions}; the longest training pair needs {trained} "
-             f"({tokens.origin}); {tokens.over_length_limits:,} pairs exceed data.max_*_tokens")
+    numbers = {
+        "max_positions": model.max_positions,
+        "longest_trained": trained,
+        "over_length_limits": tokens.over_length_limits,
+    }
+    found = (
+        f"model.max_positions {model.max_positions}; the longest training pair needs {trained} "
+        f"({tokens.origin}); {tokens.over_length_limits:,} pairs exceed data.max_*_tokens"
+    )
     if model.max_positions > trained:
-        return Check(SECTION, "max positions", "warn", found + f": positions {trained}-{model.max_positions - 1} are "
-                     "never trained, and longer inputs meet their random embeddings",
-                     f"set model.max_positions: {trained} (longer inputs are then split: decode.long_inputs)", numbers)
+        return Check(
+            SECTION,
+            "max positions",
+            "warn",
+            found + f": positions {trained}-{model.max_positions - 1} are "
+            "never trained, and longer inputs meet their random embeddings",
+            f"set model.max_positions: {trained} (longer inputs are then split: decode.long_inputs)",
+            numbers,
+        )
     return Check(SECTION, "max positions", "pass", found, numbers=numbers)
 
 
 def _vocabulary(cfg: Config, tokens: Optional[TokenCounts], tokenizers: Optional[Tokenizers]) -> Check:
     if tokens is None or tokenizers is None:
-        return Check(SECTION, "vocabulary size", "skip", "no tokenizer yet to count the pieces of the training text",
-                     "run `attn prepare` with this config first")
+        return Check(
+            SECTION,
+            "vocabulary size",
+            "skip",
+            "no tokenizer yet to count the pieces of the training text",
+            "run `attn prepare` with this config first",
+        )
     found, numbers, suggestions = [], {}, []
     for name, counts in tokens.counts.items():
         tokenizer = tokenizers.target if name == "target" else tokenizers.source
@@ -92,16 +129,24 @@ def _vocabulary(cfg: Config, tokens: Optional[TokenCounts], tokenizers: Optional
         rare = float(np.mean(occurrences < RARE_PIECE_OCCURRENCES)) if len(occurrences) else 0.0
         per_piece = counts.sum() / tokenizer.vocab_size
         label = "" if name == "joint" else f"{name}: "
-        found.append(f"{label}{tokenizer.vocab_size:,} pieces, {int(counts.sum()):,} training tokens ({per_piece:,.0f} per "
-                     f"piece); {rare:.0%} of pieces occur fewer than {RARE_PIECE_OCCURRENCES} times")
+        found.append(
+            f"{label}{tokenizer.vocab_size:,} pieces, {int(counts.sum()):,} training tokens ({per_piece:,.0f} per "
+            f"piece); {rare:.0%} of pieces occur fewer than {RARE_PIECE_OCCURRENCES} times"
+        )
         numbers[name] = {"vocab_size": tokenizer.vocab_size, "tokens": int(counts.sum()), "rare_share": round(rare, 4)}
         if rare > RARE_PIECES_TOLERATED:
             frequent = int((occurrences >= RARE_PIECE_OCCURRENCES).sum()) + tokenizer.vocab_size - len(occurrences)
             suggestions.append(max(SMALLEST_VOCABULARY, frequent // 100 * 100))
     text = "; ".join(found) + f" (in {tokens.origin})"
     if suggestions:
-        return Check(SECTION, "vocabulary size", "warn", text + ": too many pieces to learn from this much text",
-                     f"set tokenizer.vocab_size: {min(suggestions):,} in a new run_dir", numbers)
+        return Check(
+            SECTION,
+            "vocabulary size",
+            "warn",
+            text + ": too many pieces to learn from this much text",
+            f"set tokenizer.vocab_size: {min(suggestions):,} in a new run_dir",
+            numbers,
+        )
     return Check(SECTION, "vocabulary size", "pass", text, numbers=numbers)
 
 
@@ -109,5 +154,11 @@ def _learnable_pieces(tokenizer) -> np.ndarray:
     """The ids of the pieces the text is made of: not the special ids, nor byte fallback's 256
     pieces, which exist for characters the training text did not have and are rare by design."""
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
-    return np.array([index for index, piece in enumerate(pieces)
-                     if index > EOS_ID and not (piece.startswith("<0x") and piece.endswith(">"))], dtype=np.int64)
+    return np.array(
+        [
+            index
+            for index, piece in enumerate(pieces)
+            if index > EOS_ID and not (piece.startswith("<0x") and piece.endswith(">"))
+        ],
+        dtype=np.int64,
+    )

@@ -31,6 +31,7 @@ _ENCODE_CHUNK = 20_000  # pairs tokenized at a time: SentencePiece's threads bus
 @dataclass
 class TokenCounts:
     """How often each piece occurs in the training text, and how long its pairs are in tokens."""
+
     counts: dict[str, np.ndarray]  # "joint" for a joint vocabulary, else "source" and "target": occurrences per id
     longest_source: int  # tokens, without EOS
     longest_target: int
@@ -60,8 +61,11 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     """Read data.corpus once; raises DataError when it cannot be read."""
     data = cfg.data
     report = ReadReport()
-    held_out = {name: _source_keys(corpus, f"data.{name}_corpus")
-                for name, corpus in (("valid", data.valid_corpus), ("test", data.test_corpus)) if corpus is not None}
+    held_out = {
+        name: _source_keys(corpus, f"data.{name}_corpus")
+        for name, corpus in (("valid", data.valid_corpus), ("test", data.test_corpus))
+        if corpus is not None
+    }
     overlaps = {name: Examples() for name in held_out}
     copies, log_ratios, lines = Examples(), array("f"), array("q")
     counter = _CorpusTokenCounter(cfg, tokenizers) if tokenizers is not None and prepared is None else None
@@ -82,8 +86,13 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     if len(held_out) == 2:
         overlaps["valid and test"] = _common_sources(data.valid_corpus, held_out["test"])
     typical, outliers = _length_outliers(np.frombuffer(log_ratios, dtype=np.float32), lines, data.max_length_ratio)
-    tokens = (prepared_token_counts(tokenizers, prepared) if prepared is not None and tokenizers is not None
-              else counter.finish(pairs) if counter is not None else None)
+    tokens = (
+        prepared_token_counts(tokenizers, prepared)
+        if prepared is not None and tokenizers is not None
+        else counter.finish(pairs)
+        if counter is not None
+        else None
+    )
     return CorpusScan(pairs, report, copies, outliers, typical, overlaps, tokens)
 
 
@@ -117,10 +126,18 @@ def _length_outliers(log_ratios: np.ndarray, lines: array, factor: float) -> tup
 def prepared_token_counts(tokenizers: Tokenizers, prepared: PreparedData) -> TokenCounts:
     """Piece counts of the training pairs exactly as they are trained on."""
     train, stats = prepared.train, prepared.stats
-    counts = _by_vocabulary(tokenizers, np.bincount(train.src_ids, minlength=tokenizers.source.vocab_size),
-                            np.bincount(train.tgt_ids, minlength=tokenizers.target.vocab_size))
-    return TokenCounts(counts, int(stats["source_tokens"].get("max", 0)), int(stats["target_tokens"].get("max", 0)),
-                       int(stats.get("dropped_by_length", 0)), f"the prepared training pairs ({prepared.directory})")
+    counts = _by_vocabulary(
+        tokenizers,
+        np.bincount(train.src_ids, minlength=tokenizers.source.vocab_size),
+        np.bincount(train.tgt_ids, minlength=tokenizers.target.vocab_size),
+    )
+    return TokenCounts(
+        counts,
+        int(stats["source_tokens"].get("max", 0)),
+        int(stats["target_tokens"].get("max", 0)),
+        int(stats.get("dropped_by_length", 0)),
+        f"the prepared training pairs ({prepared.directory})",
+    )
 
 
 def _by_vocabulary(tokenizers: Tokenizers, source: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
@@ -165,8 +182,13 @@ class _CorpusTokenCounter:
             # Training sees a sample of max_pairs pairs: expect each piece that share as often.
             source, target = source * (sample / pairs), target * (sample / pairs)
             origin += f", scaled to the data.max_pairs={sample:,} sample"
-        return TokenCounts(_by_vocabulary(self.tokenizers, source, target), self.longest_source,
-                           self.longest_target, self.over_limits, origin)
+        return TokenCounts(
+            _by_vocabulary(self.tokenizers, source, target),
+            self.longest_source,
+            self.longest_target,
+            self.over_limits,
+            origin,
+        )
 
 
 def _flat(rows: Iterable[list[int]]) -> Iterator[int]:

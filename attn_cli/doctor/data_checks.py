@@ -36,8 +36,14 @@ def _malformed(scan: CorpusScan) -> Check:
     if not reasons:
         return Check(SECTION, "malformed lines", "pass", f"none in {scan.pairs:,} pairs", numbers=numbers)
     counts = ", ".join(f"{count:,} {reason}" for reason, count in reasons.most_common())
-    return Check(SECTION, "malformed lines", "warn", f"{places.count:,} skipped ({counts}): {', '.join(places.first)}",
-                 "fix or delete those lines, or set data.strict: true to refuse such a corpus", numbers)
+    return Check(
+        SECTION,
+        "malformed lines",
+        "warn",
+        f"{places.count:,} skipped ({counts}): {', '.join(places.first)}",
+        "fix or delete those lines, or set data.strict: true to refuse such a corpus",
+        numbers,
+    )
 
 
 def _empty_sides(scan: CorpusScan) -> Check:
@@ -46,26 +52,47 @@ def _empty_sides(scan: CorpusScan) -> Check:
     if not reasons:
         return Check(SECTION, "empty sides", "pass", "no pair with an empty source or target", numbers=numbers)
     counts = ", ".join(f"{count:,} {reason}" for reason, count in reasons.most_common())
-    return Check(SECTION, "empty sides", "warn", f"{counts} (skipped): {', '.join(places.first)}",
-                 "fix or delete those lines of data.corpus (an empty side is a lost or misaligned translation)", numbers)
+    return Check(
+        SECTION,
+        "empty sides",
+        "warn",
+        f"{counts} (skipped): {', '.join(places.first)}",
+        "fix or delete those lines of data.corpus (an empty side is a lost or misaligned translation)",
+        numbers,
+    )
 
 
 def _in_two_splits(scan: CorpusScan) -> Check:
     if not scan.overlaps:
-        return Check(SECTION, "sources in two splits", "pass",
-                     "validation and test are carved off data.corpus by source sentence: no source is in two splits")
-    found = [f"{examples.count:,} pairs of data.corpus share a source with data.{name}_corpus"
-             + (f" ({examples.places(CORPUS_LINE)})" if examples.count else "")
-             for name, examples in scan.overlaps.items() if name != "valid and test"]
+        return Check(
+            SECTION,
+            "sources in two splits",
+            "pass",
+            "validation and test are carved off data.corpus by source sentence: no source is in two splits",
+        )
+    found = [
+        f"{examples.count:,} pairs of data.corpus share a source with data.{name}_corpus"
+        + (f" ({examples.places(CORPUS_LINE)})" if examples.count else "")
+        for name, examples in scan.overlaps.items()
+        if name != "valid and test"
+    ]
     common = scan.overlaps.get("valid and test")
     if common is not None:
-        found.append(f"{common.count:,} sources of data.valid_corpus are in data.test_corpus"
-                     + (f" ({common.places('data.valid_corpus line')})" if common.count else ""))
+        found.append(
+            f"{common.count:,} sources of data.valid_corpus are in data.test_corpus"
+            + (f" ({common.places('data.valid_corpus line')})" if common.count else "")
+        )
     numbers = {name: examples.count for name, examples in scan.overlaps.items()}
     if not any(numbers.values()):
         return Check(SECTION, "sources in two splits", "pass", "; ".join(found), numbers=numbers)
-    return Check(SECTION, "sources in two splits", "fail", "; ".join(found) + ": held-out scores would be inflated",
-                 "remove those pairs from data.corpus (or from data.valid_corpus / data.test_corpus)", numbers)
+    return Check(
+        SECTION,
+        "sources in two splits",
+        "fail",
+        "; ".join(found) + ": held-out scores would be inflated",
+        "remove those pairs from data.corpus (or from data.valid_corpus / data.test_corpus)",
+        numbers,
+    )
 
 
 def _share(examples: Examples, scan: CorpusScan) -> str:
@@ -74,10 +101,18 @@ def _share(examples: Examples, scan: CorpusScan) -> str:
 
 def _copies(scan: CorpusScan) -> Check:
     numbers = {"copies": scan.copies.count}
-    found = f"{_share(scan.copies, scan)} have the source as target" + (f": {scan.copies.places(CORPUS_LINE)}" if scan.copies.count else "")
+    found = f"{_share(scan.copies, scan)} have the source as target" + (
+        f": {scan.copies.places(CORPUS_LINE)}" if scan.copies.count else ""
+    )
     if scan.copies.count > TOLERATED_SHARE * scan.pairs:
-        return Check(SECTION, "copies", "warn", found, "remove those pairs from data.corpus: they teach the model "
-                     "to copy its input", numbers)
+        return Check(
+            SECTION,
+            "copies",
+            "warn",
+            found,
+            "remove those pairs from data.corpus: they teach the model to copy its input",
+            numbers,
+        )
     return Check(SECTION, "copies", "pass", found, numbers=numbers)
 
 
@@ -85,10 +120,19 @@ def _length_ratios(cfg: Config, scan: CorpusScan) -> Check:
     outliers = scan.length_outliers
     factor = cfg.data.max_length_ratio
     numbers = {"outliers": outliers.count, "typical_ratio": round(scan.typical_ratio, 3)}
-    found = (f"{_share(outliers, scan)} are over {factor:g}x longer or shorter than the typical "
-             f"{scan.typical_ratio:.2f} source characters per target character"
-             + (f": {outliers.places(CORPUS_LINE)}" if outliers.count else ""))
+    found = (
+        f"{_share(outliers, scan)} are over {factor:g}x longer or shorter than the typical "
+        f"{scan.typical_ratio:.2f} source characters per target character"
+        + (f": {outliers.places(CORPUS_LINE)}" if outliers.count else "")
+    )
     if outliers.count > TOLERATED_SHARE * scan.pairs:
-        return Check(SECTION, "length ratios", "warn", found, "check those lines for misaligned pairs and remove them "
-                     "from data.corpus (data.max_length_ratio drops pairs by token ratio)", numbers)
+        return Check(
+            SECTION,
+            "length ratios",
+            "warn",
+            found,
+            "check those lines for misaligned pairs and remove them "
+            "from data.corpus (data.max_length_ratio drops pairs by token ratio)",
+            numbers,
+        )
     return Check(SECTION, "length ratios", "pass", found, numbers=numbers)

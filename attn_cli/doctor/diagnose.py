@@ -8,7 +8,15 @@ from typing import Optional, Sequence
 
 import torch
 
-from attn_cli.config import Config, ConfigError, apply_override, config_from_dict, config_to_dict, find_config, load_config
+from attn_cli.config import (
+    Config,
+    ConfigError,
+    apply_override,
+    config_from_dict,
+    config_to_dict,
+    find_config,
+    load_config,
+)
 from attn_cli.data.corpus import DataError
 from attn_cli.data.prepared import PreparedData, entry_name, open_prepared
 from attn_cli.data.tokenizer import Tokenizers
@@ -29,6 +37,7 @@ from attn_cli.training.checkpoint import Checkpoint, find_checkpoint, load_check
 class Subject:
     """What is checked: a config, the run directory where its tokenizer, prepared data and test
     split are looked for, and the checkpoint when there is one."""
+
     cfg: Config
     run: RunPaths
     tokenizers: Optional[Tokenizers]
@@ -46,8 +55,9 @@ def diagnose_config(config: Path, overrides: Sequence[str] = (), memory_gb: Opti
     return diagnose(Subject(cfg, run, _saved_tokenizers(cfg, run)), memory_gb)
 
 
-def diagnose_checkpoint(run: Optional[Path], checkpoint: Optional[Path], overrides: Sequence[str] = (),
-                        memory_gb: Optional[float] = None) -> list[Check]:
+def diagnose_checkpoint(
+    run: Optional[Path], checkpoint: Optional[Path], overrides: Sequence[str] = (), memory_gb: Optional[float] = None
+) -> list[Check]:
     """The checks of a checkpoint (`checkpoint`, else the run's best.pt or last.pt) with its own config."""
     path = find_checkpoint(run, checkpoint)
     loaded = load_checkpoint(path)
@@ -70,8 +80,11 @@ def diagnose(subject: Subject, memory_gb: Optional[float]) -> list[Check]:
         scan = scan_corpus(cfg, tokenizers, prepared)
     except DataError as error:
         data_problem = str(error)
-    tokens = scan.tokens if scan is not None else (
-        prepared_token_counts(tokenizers, prepared) if prepared is not None and tokenizers is not None else None)
+    tokens = (
+        scan.tokens
+        if scan is not None
+        else (prepared_token_counts(tokenizers, prepared) if prepared is not None and tokenizers is not None else None)
+    )
     checks += config_checks(cfg, tokens, tokenizers)
     checks.append(_memory(subject, device, memory_gb))
     checks += data_checks(cfg, scan) if scan is not None else [_unreadable_data(subject, data_problem)]
@@ -119,13 +132,20 @@ def _unreadable_data(subject: Subject, problem: Optional[str]) -> Check:
     """The corpus cannot be read from here: training would fail (config), or only the data goes
     unchecked (a checkpoint trained elsewhere, whose corpus path is relative to another directory)."""
     status = "warn" if subject.checkpoint is not None else "fail"
-    return Check("data", "corpus readable", status, problem or "data.corpus cannot be read",
-                 "run doctor from the directory the run was trained in, or --set data.corpus.path=FILE")
+    return Check(
+        "data",
+        "corpus readable",
+        status,
+        problem or "data.corpus cannot be read",
+        "run doctor from the directory the run was trained in, or --set data.corpus.path=FILE",
+    )
 
 
 def _model(subject: Subject) -> list[Check]:
     cfg, checkpoint = subject.cfg, subject.checkpoint
-    test = read_test_pairs(subject.run.split_file("test", cfg.data.src_lang), subject.run.split_file("test", cfg.data.tgt_lang))
+    test = read_test_pairs(
+        subject.run.split_file("test", cfg.data.src_lang), subject.run.split_file("test", cfg.data.tgt_lang)
+    )
     longest = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
     probe = probe_batch(checkpoint.tokenizers, test, longest, f"{subject.run.data_dir}/test")
     model = checkpoint.model.float().to("cpu")  # fp32 on the CPU: the comparisons rest on fp32 rounding

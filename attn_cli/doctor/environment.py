@@ -19,8 +19,15 @@ SECTION = "environment"
 
 def environment_checks(cfg: Config) -> tuple[list[Check], Optional[torch.device]]:
     """The checks, and the device train.device resolves to (None when it resolves to none)."""
-    checks = [Check(SECTION, "torch", "pass", f"torch {torch.__version__}, Python {platform.python_version()}",
-                    numbers={"torch": torch.__version__})]
+    checks = [
+        Check(
+            SECTION,
+            "torch",
+            "pass",
+            f"torch {torch.__version__}, Python {platform.python_version()}",
+            numbers={"torch": torch.__version__},
+        )
+    ]
     try:
         device = resolve_device(cfg.train.device)
     except ConfigError as error:
@@ -34,10 +41,17 @@ def _device(cfg: Config, device: torch.device) -> Check:
     setting = f"train.device: {cfg.train.device} -> {device}"
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
-        found = (f"{setting}: {properties.name}, {properties.total_memory / 2**30:,.1f} GB, "
-                 f"compute capability {properties.major}.{properties.minor}")
-        return Check(SECTION, "device", "pass", found, numbers={"device": str(device), "name": properties.name,
-                                                                 "memory_bytes": properties.total_memory})
+        found = (
+            f"{setting}: {properties.name}, {properties.total_memory / 2**30:,.1f} GB, "
+            f"compute capability {properties.major}.{properties.minor}"
+        )
+        return Check(
+            SECTION,
+            "device",
+            "pass",
+            found,
+            numbers={"device": str(device), "name": properties.name, "memory_bytes": properties.total_memory},
+        )
     gpu = "no CUDA GPU visible" if not torch.cuda.is_available() else f"{torch.cuda.device_count()} CUDA GPUs unused"
     fix = "set train.device: auto" if torch.cuda.is_available() else ""
     return Check(SECTION, "device", "warn" if fix else "pass", f"{setting} ({gpu})", fix, {"device": str(device)})
@@ -52,16 +66,25 @@ def _precision(cfg: Config, device: torch.device) -> Check:
         slow = {"bf16"} if not fast_bf16 else set()
     else:
         flags = cpu_bf16_flags()
-        support = (f"bf16 fast ({' and '.join(flags)})" if flags else
-                   f"bf16 emulated (no AMX or AVX-512 BF16; CPU capability {torch.backends.cpu.get_cpu_capability()})")
+        support = (
+            f"bf16 fast ({' and '.join(flags)})"
+            if flags
+            else f"bf16 emulated (no AMX or AVX-512 BF16; CPU capability {torch.backends.cpu.get_cpu_capability()})"
+        )
         support += "; fp16 slow on CPUs"
         slow = {"fp16"} | (set() if flags else {"bf16"})
     chosen = resolve_precision(cfg.train.precision, device).name
     found = f"train.precision: {cfg.train.precision}; {support}; auto picks {auto.name}"
     numbers = {"precision": chosen, "auto": auto.name}
     if chosen in slow:
-        return Check(SECTION, "precision", "warn", found + f": {chosen} runs slowly here",
-                     f"set train.precision: auto ({auto.name})", numbers)
+        return Check(
+            SECTION,
+            "precision",
+            "warn",
+            found + f": {chosen} runs slowly here",
+            f"set train.precision: auto ({auto.name})",
+            numbers,
+        )
     return Check(SECTION, "precision", "pass", found, "", numbers)
 
 
@@ -69,20 +92,33 @@ def _attention_kernels(device: torch.device) -> Check:
     """Which scaled_dot_product_attention kernels can run; those that keep no (length x length)
     weights for backward are what makes long sequences fit."""
     if device.type == "cuda":
-        backends = {"flash": torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.is_flash_attention_available(),
-                    "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
-                    "math": torch.backends.cuda.math_sdp_enabled()}
+        backends = {
+            "flash": torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.is_flash_attention_available(),
+            "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "math": torch.backends.cuda.math_sdp_enabled(),
+        }
         enabled = [name for name, on in backends.items() if on]
-        found = (f"SDPA backends enabled: {', '.join(enabled) or 'none'}; attn passes padding masks, which the "
-                 f"memory-efficient kernel takes (flash takes none)")
+        found = (
+            f"SDPA backends enabled: {', '.join(enabled) or 'none'}; attn passes padding masks, which the "
+            f"memory-efficient kernel takes (flash takes none)"
+        )
         if not backends["memory-efficient"]:
-            return Check(SECTION, "attention kernels", "warn", found + "; the math kernel keeps every score tensor",
-                         "install a torch build with CUDA memory-efficient attention, or set "
-                         "train.gradient_checkpointing: true", backends)
+            return Check(
+                SECTION,
+                "attention kernels",
+                "warn",
+                found + "; the math kernel keeps every score tensor",
+                "install a torch build with CUDA memory-efficient attention, or set train.gradient_checkpointing: true",
+                backends,
+            )
         return Check(SECTION, "attention kernels", "pass", found, "", backends)
-    found = ("CPU: SDPA runs its fused flash kernel for fp32 (no score tensor kept for backward), the math kernel "
-             "as fallback; bf16 on the CPU takes attn's explicit formula, which keeps the weights")
-    return Check(SECTION, "attention kernels", "pass", found, "", {"cpu_capability": torch.backends.cpu.get_cpu_capability()})
+    found = (
+        "CPU: SDPA runs its fused flash kernel for fp32 (no score tensor kept for backward), the math kernel "
+        "as fallback; bf16 on the CPU takes attn's explicit formula, which keeps the weights"
+    )
+    return Check(
+        SECTION, "attention kernels", "pass", found, "", {"cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    )
 
 
 def _threads(cfg: Config) -> Check:
@@ -94,6 +130,7 @@ def _threads(cfg: Config) -> Check:
     found = f"{threads} threads ({origin}), {usable} usable cores of {os.cpu_count()}"
     numbers = {"threads": threads, "usable_cores": usable, "cpu_count": os.cpu_count()}
     if threads > usable:
-        return Check(SECTION, "threads", "warn", found + ": more threads than cores", f"set train.threads: {usable}",
-                     numbers)
+        return Check(
+            SECTION, "threads", "warn", found + ": more threads than cores", f"set train.threads: {usable}", numbers
+        )
     return Check(SECTION, "threads", "pass", found, "", numbers)

@@ -34,8 +34,9 @@ def available_memory(device: torch.device, meminfo: Path = Path("/proc/meminfo")
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical memory"
 
 
-def memory_check(cfg: Config, src_vocab_size: int, tgt_vocab_size: int, device: torch.device,
-                 memory_gb: Optional[float]) -> Check:
+def memory_check(
+    cfg: Config, src_vocab_size: int, tgt_vocab_size: int, device: torch.device, memory_gb: Optional[float]
+) -> Check:
     """Fails when the step does not fit, warns above WARN_SHARE; `memory_gb` checks against that
     many GB instead of this machine's device (planning for another machine)."""
     precision = resolve_precision(cfg.train.precision, device).name
@@ -47,11 +48,20 @@ def memory_check(cfg: Config, src_vocab_size: int, tgt_vocab_size: int, device: 
     share = step.total / available
     parts = ", ".join(f"{name} {gigabytes(size)}" for name, size in step.parts().items() if size)
     checkpointing = ", gradient checkpointing" if cfg.train.gradient_checkpointing else ""
-    found = (f"a step needs about {gigabytes(step.total)} ({share:.0%} of {gigabytes(available)}, {origin}) for the "
-             f"worst batch, {step.batch.describe()} in {precision}{checkpointing}: {parts}")
-    numbers = {"estimate_bytes": step.total, "available_bytes": available, "share": round(share, 4),
-               "rows": step.batch.rows, "source_length": step.batch.source_length,
-               "target_length": step.batch.target_length, "precision": precision,
-               "parts": step.parts(), "parameters": step.parameters}
+    found = (
+        f"a step needs about {gigabytes(step.total)} ({share:.0%} of {gigabytes(available)}, {origin}) for the "
+        f"worst batch, {step.batch.describe()} in {precision}{checkpointing}: {parts}"
+    )
+    numbers = {
+        "estimate_bytes": step.total,
+        "available_bytes": available,
+        "share": round(share, 4),
+        "rows": step.batch.rows,
+        "source_length": step.batch.source_length,
+        "target_length": step.batch.target_length,
+        "precision": precision,
+        "parts": step.parts(),
+        "parameters": step.parameters,
+    }
     status = "fail" if share > 1 else "warn" if share > WARN_SHARE else "pass"
     return Check(SECTION, "training step", status, found, memory_advice(cfg.train), numbers)

@@ -50,8 +50,14 @@ def model_checks(model: Transformer, probe: Probe) -> list[Check]:
         with attention_calls(model) as calls:  # the weights of every layer, for the attention checks
             encoded = model.encode(probe.src, attention={})
             model.decode(probe.tgt_in, encoded, attention={})
-        return [causal_mask_check(model, probe), padding_check(model, probe), *cached_decoding_checks(model, probe),
-                positions_check(model, probe), score_scale_check(calls, probe), attention_entropy_check(calls, probe)]
+        return [
+            causal_mask_check(model, probe),
+            padding_check(model, probe),
+            *cached_decoding_checks(model, probe),
+            positions_check(model, probe),
+            score_scale_check(calls, probe),
+            attention_entropy_check(calls, probe),
+        ]
 
 
 @contextlib.contextmanager
@@ -82,13 +88,23 @@ def causal_mask_check(model: Transformer, probe: Probe) -> Check:
         cuts.append(cut)
     after = model.decode(changed, encoded)
     drift = max(relative_change(after[row, : cut + 1], before[row, : cut + 1]) for row, cut in enumerate(cuts))
-    found = (f"changing the target after position i changed the logits at positions <= i by {drift:.1e} "
-             f"(relative; {len(cuts)} sentences from {probe.origin})")
-    fix = ("make the decoder's self-attention mask lower-triangular (causal_mask, attn_cli/model/attention.py); "
-           "`python3 -m pytest tests/test_model.py -k causal`")
+    found = (
+        f"changing the target after position i changed the logits at positions <= i by {drift:.1e} "
+        f"(relative; {len(cuts)} sentences from {probe.origin})"
+    )
+    fix = (
+        "make the decoder's self-attention mask lower-triangular (causal_mask, attn_cli/model/attention.py); "
+        "`python3 -m pytest tests/test_model.py -k causal`"
+    )
     status = "fail" if drift > ROUNDING else "pass"
-    return Check(SECTION, "causal mask", status, found + (": the decoder sees the future" if status == "fail" else ""),
-                 fix, {"drift": drift})
+    return Check(
+        SECTION,
+        "causal mask",
+        status,
+        found + (": the decoder sees the future" if status == "fail" else ""),
+        fix,
+        {"drift": drift},
+    )
 
 
 def padding_check(model: Transformer, probe: Probe) -> Check:
@@ -102,13 +118,23 @@ def padding_check(model: Transformer, probe: Probe) -> Check:
         alone_logits = model.decode(tgt_in[row : row + 1, :target], alone)
         encoder_drift = max(encoder_drift, relative_change(encoded.memory[row, :source], alone.memory[0]))
         logits_drift = max(logits_drift, relative_change(logits[row, :target], alone_logits[0]))
-    found = (f"padding a batch changed the encoder output by {encoder_drift:.1e} and the logits by {logits_drift:.1e} "
-             f"(relative, each sentence alone against in a padded batch)")
-    fix = ("hide padding keys from every query (key_padding_mask, attn_cli/model/attention.py, in encode and "
-           "decode); `python3 -m pytest tests/test_model.py -k padding`")
+    found = (
+        f"padding a batch changed the encoder output by {encoder_drift:.1e} and the logits by {logits_drift:.1e} "
+        f"(relative, each sentence alone against in a padded batch)"
+    )
+    fix = (
+        "hide padding keys from every query (key_padding_mask, attn_cli/model/attention.py, in encode and "
+        "decode); `python3 -m pytest tests/test_model.py -k padding`"
+    )
     status = "fail" if max(encoder_drift, logits_drift) > ROUNDING else "pass"
-    return Check(SECTION, "padding masks", status, found + (": padding is attended to" if status == "fail" else ""),
-                 fix, {"encoder_drift": encoder_drift, "logits_drift": logits_drift})
+    return Check(
+        SECTION,
+        "padding masks",
+        status,
+        found + (": padding is attended to" if status == "fail" else ""),
+        fix,
+        {"encoder_drift": encoder_drift, "logits_drift": logits_drift},
+    )
 
 
 def _cached_call_sizes(length: int) -> list[int]:
@@ -132,13 +158,20 @@ def cached_decoding_checks(model: Transformer, probe: Probe) -> list[Check]:
     real = probe.tgt_in != PAD_ID  # a padded row's cached steps past its end see its padding: not compared
     drift = relative_change(torch.cat(steps, dim=1)[real], whole[real])
     sizes = ", ".join(str(size) for size in FIRST_CACHED_CALLS)
-    found = (f"cached decoding ({sizes} positions at once, then one at a time) differs from decoding the whole "
-             f"prefix by {drift:.1e} (relative)")
+    found = (
+        f"cached decoding ({sizes} positions at once, then one at a time) differs from decoding the whole "
+        f"prefix by {drift:.1e} (relative)"
+    )
     status = "fail" if drift > ROUNDING else "pass"
-    cached = Check(SECTION, "cached decoding", status,
-                   found + (": the inference mask or the cache does not follow the decoded length" if status == "fail" else ""),
-                   "make the cached self-attention mask cover every cached key (decode_hidden, "
-                   "attn_cli/model/transformer.py); `python3 -m pytest tests/test_decode.py -k cache`", {"drift": drift})
+    cached = Check(
+        SECTION,
+        "cached decoding",
+        status,
+        found + (": the inference mask or the cache does not follow the decoded length" if status == "fail" else ""),
+        "make the cached self-attention mask cover every cached key (decode_hidden, "
+        "attn_cli/model/transformer.py); `python3 -m pytest tests/test_decode.py -k cache`",
+        {"drift": drift},
+    )
     return [cached, _cross_attention_input(model, encoded, calls, cache)]
 
 
@@ -152,13 +185,20 @@ def _cross_attention_input(model: Transformer, encoded, calls, cache) -> Check:
         keys = F.linear(encoded.memory, attention.kv_proj.weight[:width], attention.kv_proj.bias[:width])
         keys = keys.view(*keys.shape[:2], attention.num_heads, attention.head_dim).transpose(1, 2)
         key_drift = max(key_drift, relative_change(layer_cache.cross_keys, keys))
-    found = (f"{len(cross) - other_input} of {len(cross)} cross-attention calls read the encoder output; the cached "
-             f"keys differ from its projection by {key_drift:.1e} (relative)")
+    found = (
+        f"{len(cross) - other_input} of {len(cross)} cross-attention calls read the encoder output; the cached "
+        f"keys differ from its projection by {key_drift:.1e} (relative)"
+    )
     status = "fail" if other_input or key_drift > ROUNDING else "pass"
-    return Check(SECTION, "cross-attention input", status, found,
-                 "pass the final encoder output (Encoded.memory) to every cross-attention and project its keys "
-                 "once per source (LayerCache.cross_keys_values, attn_cli/model/cache.py)",
-                 {"calls": len(cross), "other_input": other_input, "key_drift": key_drift})
+    return Check(
+        SECTION,
+        "cross-attention input",
+        status,
+        found,
+        "pass the final encoder output (Encoded.memory) to every cross-attention and project its keys "
+        "once per source (LayerCache.cross_keys_values, attn_cli/model/cache.py)",
+        {"calls": len(cross), "other_input": other_input, "key_drift": key_drift},
+    )
 
 
 def positions_check(model: Transformer, probe: Probe) -> Check:
@@ -168,8 +208,14 @@ def positions_check(model: Transformer, probe: Probe) -> Check:
     decoder_change = _decoder_swap_change(model, probe)
     numbers = {"encoder_change": encoder_change, "decoder_change": decoder_change}
     if encoder_change is None and decoder_change is None:
-        return Check(SECTION, "positions", "skip", "no sentence to reorder (each needs two different tokens)",
-                     "run the check on a run with a test split", numbers)
+        return Check(
+            SECTION,
+            "positions",
+            "skip",
+            "no sentence to reorder (each needs two different tokens)",
+            "run the check on a run with a test split",
+            numbers,
+        )
     parts, blind = [], []
     if encoder_change is not None:
         parts.append(f"reversing a source changed the encoder output beyond reordering it by {encoder_change:.1e}")
@@ -180,10 +226,14 @@ def positions_check(model: Transformer, probe: Probe) -> Check:
         if decoder_change <= ROUNDING:
             blind.append("decoder")
     found = "; ".join(parts) + " (relative)"
-    fix = ("add the position encodings to the embeddings (Transformer._embed, attn_cli/model/transformer.py) and "
-           "keep model.positions: sinusoidal or learned")
+    fix = (
+        "add the position encodings to the embeddings (Transformer._embed, attn_cli/model/transformer.py) and "
+        "keep model.positions: sinusoidal or learned"
+    )
     if blind:
-        return Check(SECTION, "positions", "fail", f"{found}: the {' and '.join(blind)} ignore word order", fix, numbers)
+        return Check(
+            SECTION, "positions", "fail", f"{found}: the {' and '.join(blind)} ignore word order", fix, numbers
+        )
     return Check(SECTION, "positions", "pass", found, fix, numbers)
 
 
@@ -205,13 +255,18 @@ def _encoder_reordering_change(model: Transformer, probe: Probe) -> float | None
 def _decoder_swap_change(model: Transformer, probe: Probe) -> float | None:
     """The largest change of the logits after positions 1 and 2 when their tokens are swapped;
     None when no target has two different tokens there and a later position."""
-    rows = [row for row, length in enumerate(probe.target_lengths)
-            if length >= 4 and probe.tgt_in[row, 1] != probe.tgt_in[row, 2]]
+    rows = [
+        row
+        for row, length in enumerate(probe.target_lengths)
+        if length >= 4 and probe.tgt_in[row, 1] != probe.tgt_in[row, 2]
+    ]
     if not rows:
         return None
     swapped = probe.tgt_in.clone()
     swapped[:, [1, 2]] = probe.tgt_in[:, [2, 1]]
     encoded = model.encode(probe.src)
     before, after = model.decode(probe.tgt_in, encoded), model.decode(swapped, encoded)
-    return max(relative_change(after[row, 3 : probe.target_lengths[row]], before[row, 3 : probe.target_lengths[row]])
-               for row in rows)
+    return max(
+        relative_change(after[row, 3 : probe.target_lengths[row]], before[row, 3 : probe.target_lengths[row]])
+        for row in rows
+    )

@@ -71,5 +71,8 @@ def _encoded(tokenizers: Tokenizers, pairs: list[Pair], limit: int) -> list[Exam
         return []
     sources = tokenizers.source.encode([pair[0] for pair in pairs])
     targets = tokenizers.target.encode([pair[1] for pair in pairs])
-    return [Example(index, source[:limit], target[:limit]) for index, (source, target) in enumerate(zip(sources, targets))
-            if len(source) >= MIN_TOKENS and len(target) >= MIN_TOKENS]
+    return [
+        Example(index, source[:limit], target[:limit])
+        for index, (source, target) in enumerate(zip(sources, targets))
+        if len(source) >= MIN_TOKENS and len(target) >= MIN_TOKENS
+    ]

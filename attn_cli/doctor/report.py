@@ -35,11 +35,21 @@ def print_table(checks: list[Check], console: Console) -> None:
 
 def summary(checks: list[Check]) -> str:
     counts = Counter(check.status for check in checks)
-    parts = [f"{counts[status]} {word}" for status, word in
-             (("pass", "passed"), ("warn", "warned"), ("fail", "failed"), ("skip", "skipped")) if counts[status]]
+    parts = [
+        f"{counts[status]} {word}"
+        for status, word in (("pass", "passed"), ("warn", "warned"), ("fail", "failed"), ("skip", "skipped"))
+        if counts[status]
+    ]
     return f"{len(checks)} checks: {', '.join(parts)}"
 
 
 def as_json(checks: list[Check]) -> str:
-    return json.dumps({"failed": any(c.status == "fail" for c in checks), "summary": summary(checks),
-                       "checks": [check.as_dict() for check in checks]}, indent=1, ensure_ascii=False)
+    return json.dumps(
+        {
+            "failed": any(c.status == "fail" for c in checks),
+            "summary": summary(checks),
+            "checks": [check.as_dict() for check in checks],
+        },
+        indent=1,
+        ensure_ascii=False,
+    )

@@ -40,8 +40,10 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise ExportError('CTranslate2 is not installed; install it with `pip install "attn-cli[ct2]"` '
-                          '(from a checkout: pip install -e ".[ct2]")') from None
+        raise ExportError(
+            'CTranslate2 is not installed; install it with `pip install "attn-cli[ct2]"` '
+            '(from a checkout: pip install -e ".[ct2]")'
+        ) from None
     return ctranslate2
 
 
@@ -50,12 +52,16 @@ def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: P
     It is built beside `output` and renamed into place, so an interrupted export leaves nothing."""
     ctranslate2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
-        raise ExportError(f"--quantization {quantization!r} is not one CTranslate2 offers; use one of {', '.join(QUANTIZATIONS)}")
+        raise ExportError(
+            f"--quantization {quantization!r} is not one CTranslate2 offers; use one of {', '.join(QUANTIZATIONS)}"
+        )
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ExportError(f"{output} already exists and is not an empty directory; give a new --output")
     if config.model.positions not in EXPORTABLE_POSITIONS:
-        raise ExportError(f"model.positions {config.model.positions!r} has no CTranslate2 equivalent that adds "
-                          f"positions as attn does; export works for {' and '.join(EXPORTABLE_POSITIONS)} positions")
+        raise ExportError(
+            f"model.positions {config.model.positions!r} has no CTranslate2 equivalent that adds "
+            f"positions as attn does; export works for {' and '.join(EXPORTABLE_POSITIONS)} positions"
+        )
     spec = transformer_spec(config, tokenizers, model, ctranslate2)
     with directory_built_whole(output) as building:  # renamed over an empty `output`, as POSIX allows
         spec.validate()
@@ -70,8 +76,12 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
     from ctranslate2.specs import transformer_spec as specs
 
     layers = (len(model.encoder_layers), len(model.decoder_layers))
-    spec = specs.TransformerSpec.from_config(layers, config.model.num_heads, pre_norm=config.model.norm == "pre",
-                                             activation=ctranslate2.specs.Activation.RELU)
+    spec = specs.TransformerSpec.from_config(
+        layers,
+        config.model.num_heads,
+        pre_norm=config.model.norm == "pre",
+        activation=ctranslate2.specs.Activation.RELU,
+    )
     # Copies: CTranslate2 quantizes the arrays it is given in place, and these must not be the model's own.
     weights = {name: tensor.detach().float().cpu().numpy().copy() for name, tensor in model.state_dict().items()}
     positions = _position_table(model, config)
@@ -108,8 +118,15 @@ def _position_table(model: Transformer, config: Config) -> dict[str, np.ndarray]
         return {side: getattr(model, f"{side}_positions")(0, rows).float().cpu().numpy() for side in ("src", "tgt")}
 
 
-def _set_stack(stack, weights: dict[str, np.ndarray], side: str, embedding: str, positions: dict[str, np.ndarray],
-               d_model: int, cross: bool) -> None:
+def _set_stack(
+    stack,
+    weights: dict[str, np.ndarray],
+    side: str,
+    embedding: str,
+    positions: dict[str, np.ndarray],
+    d_model: int,
+    cross: bool,
+) -> None:
     embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
     embeddings.weight = weights[f"{embedding}.weight"]
     stack.scale_embeddings = True  # x √d_model, as attn

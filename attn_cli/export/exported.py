@@ -63,8 +63,13 @@ class ExportedModel:
         never = [[piece] for piece in target.id_to_piece([PAD_ID, BOS_ID])]
         searching = dict(beam_size=options.beam_size, num_hypotheses=options.beam_size, length_penalty=0.0)
         if options.sample:
-            searching = dict(beam_size=1, num_hypotheses=options.n_best, sampling_topk=options.top_k,
-                             sampling_topp=options.top_p, sampling_temperature=options.temperature)
+            searching = dict(
+                beam_size=1,
+                num_hypotheses=options.n_best,
+                sampling_topk=options.top_k,
+                sampling_topp=options.top_p,
+                sampling_temperature=options.temperature,
+            )
             if options.seed is not None and not self.seeded:
                 # Each Translator's sampling threads draw from generators seeded when it is made.
                 self.ctranslate2.set_random_seed(options.seed)
@@ -74,9 +79,16 @@ class ExportedModel:
         # A hypothesis that reaches the limit is one attn ends there with a forced EOS: CTranslate2
         # stops it without one, so the EOS's log-probability is added, to rank as in attn. And attn
         # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
-        results = self.translator.translate_batch(batch, max_decoding_length=limit, min_decoding_length=0,
-                                                  max_input_length=0, return_scores=True, suppress_sequences=never,
-                                                  no_repeat_ngram_size=options.no_repeat_ngram, **searching)
+        results = self.translator.translate_batch(
+            batch,
+            max_decoding_length=limit,
+            min_decoding_length=0,
+            max_input_length=0,
+            return_scores=True,
+            suppress_sequences=never,
+            no_repeat_ngram_size=options.no_repeat_ngram,
+            **searching,
+        )
         found = []
         for source, result in zip(batch, results):
             at_limit = [pieces for pieces in result.hypotheses if len(pieces) >= limit]
@@ -86,7 +98,9 @@ class ExportedModel:
                 if len(pieces) >= limit:
                     log_prob += next(forced_eos)
                 ids = [target.piece_to_id(piece) for piece in pieces]
-                hypotheses.append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty)))
+                hypotheses.append(
+                    Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty))
+                )
             hypotheses.sort(key=lambda h: h.score, reverse=True)
             found.append(hypotheses if options.sample else hypotheses[: options.n_best])
         return found
@@ -96,9 +110,14 @@ class ExportedModel:
         taken out, the rest renormalised."""
         if not prefixes:
             return []
-        results = self.translator.translate_batch([source] * len(prefixes), target_prefix=prefixes, beam_size=1,
-                                                  max_decoding_length=limit + 1, max_input_length=0,
-                                                  return_logits_vocab=True)
+        results = self.translator.translate_batch(
+            [source] * len(prefixes),
+            target_prefix=prefixes,
+            beam_size=1,
+            max_decoding_length=limit + 1,
+            max_input_length=0,
+            return_logits_vocab=True,
+        )
         found = []
         for result in results:
             logits = np.array(result.logits[0][-1], dtype=np.float64)  # the step after the prefix
@@ -116,8 +135,10 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> Exp
     """The model `attn export` wrote to `directory`, on "cpu" or "cuda[:N]"."""
     ctranslate2 = import_ctranslate2()
     if not is_exported(directory):
-        raise ExportError(f"{directory} is not a model `attn export` wrote (no {CONFIG_FILE} and model.bin); "
-                          f"make one with `attn export --run RUN --output {directory}`")
+        raise ExportError(
+            f"{directory} is not a model `attn export` wrote (no {CONFIG_FILE} and model.bin); "
+            f"make one with `attn export --run RUN --output {directory}`"
+        )
     try:
         config = config_from_dict(yaml.safe_load((directory / CONFIG_FILE).read_text(encoding="utf-8")))
     except (ConfigError, yaml.YAMLError) as error:
@@ -126,8 +147,9 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> Exp
     kind, _, index = device.partition(":")
 
     def open_translator():
-        return ctranslate2.Translator(str(directory), device=kind, device_index=int(index or 0),
-                                      intra_threads=threads, inter_threads=1)
+        return ctranslate2.Translator(
+            str(directory), device=kind, device_index=int(index or 0), intra_threads=threads, inter_threads=1
+        )
 
     try:
         translator = open_translator()

@@ -112,8 +112,14 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return self.out_proj(out), weights
 
-    def _project(self, query: torch.Tensor, memory: Optional[torch.Tensor], cache: Optional[LayerCache],
-                 rotary: Optional[RotaryPositions], start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(
+        self,
+        query: torch.Tensor,
+        memory: Optional[torch.Tensor],
+        cache: Optional[LayerCache],
+        rotary: Optional[RotaryPositions],
+        start: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values, each (rows, heads, length, d_head). Rotary positions turn the
         keys before they are cached, so each cached key keeps the rotation of its own position."""
         if self.cross:

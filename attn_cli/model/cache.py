@@ -62,7 +62,11 @@ class LayerCache:
         """Keep these self-attention rows in this order, and these source rows (None: all)."""
         if self._history is not None:
             shape = (rows.shape[0], *self._history.shape[1:])
-            spare = self._spare if self._spare is not None and self._spare.shape == shape else self._history.new_empty(shape)
+            spare = (
+                self._spare
+                if self._spare is not None and self._spare.shape == shape
+                else self._history.new_empty(shape)
+            )
             with torch.no_grad():  # the cache serves inference; `out=` cannot record gradients
                 torch.index_select(self._history[:, : self.length], 0, rows, out=spare[:, : self.length])
             self._history, self._spare = spare, self._history

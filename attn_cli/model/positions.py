@@ -33,7 +33,9 @@ class SinusoidalPositions(nn.Module):
 
     def _table(self, length: int) -> torch.Tensor:
         position = torch.arange(length, dtype=torch.float32)[:, None]
-        frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        frequency = torch.exp(
+            torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model)
+        )
         table = torch.zeros(length, self.d_model)
         table[:, 0::2] = torch.sin(position * frequency)
         table[:, 1::2] = torch.cos(position * frequency[: self.d_model // 2])
@@ -84,8 +86,9 @@ def relative_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: i
 class RelativePositionBias(nn.Module):
     """T5's relative attention bias: a learned scalar per head for each bucket of relative distance."""
 
-    def __init__(self, num_heads: int, bidirectional: bool, d_model: int, num_buckets: int = 32,
-                 max_distance: int = 128):
+    def __init__(
+        self, num_heads: int, bidirectional: bool, d_model: int, num_buckets: int = 32, max_distance: int = 128
+    ):
         super().__init__()
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
         self.embedding = nn.Embedding(num_buckets, num_heads)

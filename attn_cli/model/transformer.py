@@ -71,7 +71,9 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool):
+    def __init__(
+        self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool
+    ):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
         self.feed_forward = FeedForward(d_model, ffn_dim)
@@ -79,15 +81,18 @@ class EncoderLayer(nn.Module):
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x, mask, need_weights=False, bias=None, rotary=None):
-        out, weights = self.self_attention(self.attention_residual.sublayer_input(x), mask=mask, need_weights=need_weights,
-                                           bias=bias, rotary=rotary)
+        out, weights = self.self_attention(
+            self.attention_residual.sublayer_input(x), mask=mask, need_weights=need_weights, bias=bias, rotary=rotary
+        )
         x = self.attention_residual.add(x, out)
         x = self.feed_forward_residual.add(x, self.feed_forward(self.feed_forward_residual.sublayer_input(x)))
         return x, weights
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool):
+    def __init__(
+        self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool
+    ):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
         self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout, cross=True)
@@ -96,30 +101,62 @@ class DecoderLayer(nn.Module):
         self.cross_residual = Residual(d_model, dropout, pre_norm)
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x, self_mask, memory, memory_mask, cache: Optional[LayerCache] = None, need_weights=False,
-                self_bias=None, rotary=None, start=0):
-        out, self_weights = self.self_attention(self.self_residual.sublayer_input(x), mask=self_mask, cache=cache,
-                                                need_weights=need_weights, bias=self_bias, rotary=rotary, start=start)
+    def forward(
+        self,
+        x,
+        self_mask,
+        memory,
+        memory_mask,
+        cache: Optional[LayerCache] = None,
+        need_weights=False,
+        self_bias=None,
+        rotary=None,
+        start=0,
+    ):
+        out, self_weights = self.self_attention(
+            self.self_residual.sublayer_input(x),
+            mask=self_mask,
+            cache=cache,
+            need_weights=need_weights,
+            bias=self_bias,
+            rotary=rotary,
+            start=start,
+        )
         x = self.self_residual.add(x, out)
-        out, cross_weights = self.cross_attention(self.cross_residual.sublayer_input(x), memory, mask=memory_mask,
-                                                  cache=cache, need_weights=need_weights)
+        out, cross_weights = self.cross_attention(
+            self.cross_residual.sublayer_input(x), memory, mask=memory_mask, cache=cache, need_weights=need_weights
+        )
         x = self.cross_residual.add(x, out)
         x = self.feed_forward_residual.add(x, self.feed_forward(self.feed_forward_residual.sublayer_input(x)))
         return x, self_weights, cross_weights
 
 
 class Transformer(nn.Module):
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, num_heads: int, ffn_dim: int,
-                 encoder_layers: int, decoder_layers: int, dropout: float = 0.1, attention_dropout: float = 0.0,
-                 positions: str = "sinusoidal", max_positions: int = 256, pre_norm: bool = True,
-                 share_embeddings: bool = True):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        encoder_layers: int,
+        decoder_layers: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        positions: str = "sinusoidal",
+        max_positions: int = 256,
+        pre_norm: bool = True,
+        share_embeddings: bool = True,
+    ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("shared embeddings need one vocabulary for source and target")
         self.d_model = d_model
         self.embed_scale = math.sqrt(d_model)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model, padding_idx=PAD_ID)
-        self.src_embedding = self.tgt_embedding if share_embeddings else nn.Embedding(src_vocab_size, d_model, padding_idx=PAD_ID)
+        self.src_embedding = (
+            self.tgt_embedding if share_embeddings else nn.Embedding(src_vocab_size, d_model, padding_idx=PAD_ID)
+        )
         for embedding in {self.src_embedding, self.tgt_embedding}:
             nn.init.normal_(embedding.weight, std=d_model**-0.5)
             nn.init.zeros_(embedding.weight[PAD_ID])
@@ -153,8 +190,9 @@ class Transformer(nn.Module):
             return checkpoint(layer, *args, use_reentrant=False, **kwargs)
         return layer(*args, **kwargs)
 
-    def _embed(self, ids: torch.Tensor, embedding: nn.Embedding, positions: Optional[nn.Module],
-               start: int = 0) -> torch.Tensor:
+    def _embed(
+        self, ids: torch.Tensor, embedding: nn.Embedding, positions: Optional[nn.Module], start: int = 0
+    ) -> torch.Tensor:
         x = embedding(ids) * self.embed_scale
         if positions is not None:  # absolute positions; relative ones enter in attention
             x = x + positions(start, ids.shape[1]).to(embedding.weight.dtype)
@@ -167,14 +205,20 @@ class Transformer(nn.Module):
         length = src.shape[1]
         bias = self.encoder_bias(0, length, length) if self.encoder_bias is not None else None
         for layer in self.encoder_layers:
-            x, weights = self._run_layer(layer, x, mask, need_weights=attention is not None, bias=bias,
-                                         rotary=self.rotary)
+            x, weights = self._run_layer(
+                layer, x, mask, need_weights=attention is not None, bias=bias, rotary=self.rotary
+            )
             if attention is not None:
                 attention.setdefault("encoder", []).append(weights)
         return Encoded(self.encoder_norm(x), mask)
 
-    def decode(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
-               attention: Optional[AttentionWeights] = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        encoded: Encoded,
+        cache: Optional[KVCache] = None,
+        attention: Optional[AttentionWeights] = None,
+    ) -> torch.Tensor:
         """Next-token logits (B, T, V) for every position of tgt_in (B, T).
 
         Without a cache, tgt_in is the whole (teacher-forced) prefix under the causal mask. With a
@@ -183,14 +227,21 @@ class Transformer(nn.Module):
         """
         return F.linear(self.decode_hidden(tgt_in, encoded, cache, attention), self.output_weight)
 
-    def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache] = None,
-                      attention: Optional[AttentionWeights] = None) -> torch.Tensor:
+    def decode_hidden(
+        self,
+        tgt_in: torch.Tensor,
+        encoded: Encoded,
+        cache: Optional[KVCache] = None,
+        attention: Optional[AttentionWeights] = None,
+    ) -> torch.Tensor:
         """The decoder's final hidden states (B, T, D), before the output projection: training
         projects them inside its loss (`attn_cli.training.loss`) rather than building the logits."""
         if cache is not None and self.gradient_checkpointing and self.training:
             # A recomputed layer would append its keys and values to the cache a second time.
-            raise RuntimeError("gradient checkpointing is for the training forward and the KV cache for "
-                               "inference; call model.eval() before decoding with a cache")
+            raise RuntimeError(
+                "gradient checkpointing is for the training forward and the KV cache for "
+                "inference; call model.eval() before decoding with a cache"
+            )
         start = cache.steps if cache is not None else 0
         length = tgt_in.shape[1]
         if cache is None:
@@ -198,15 +249,26 @@ class Transformer(nn.Module):
         elif length == 1:
             self_mask = None
         else:  # several new positions at once: causal among themselves, all cached keys visible
-            self_mask = torch.ones(length, start + length, dtype=torch.bool, device=tgt_in.device).tril(start)[None, None]
+            self_mask = torch.ones(length, start + length, dtype=torch.bool, device=tgt_in.device).tril(start)[
+                None, None
+            ]
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_positions, start)
         # New queries at start .. start+T-1 against every key so far, cached ones included.
         bias = self.decoder_bias(start, length, start + length) if self.decoder_bias is not None else None
         for index, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[index] if cache is not None else None
-            x, self_weights, cross_weights = self._run_layer(layer, x, self_mask, encoded.memory, encoded.cross_attention_mask,
-                                                             layer_cache, need_weights=attention is not None,
-                                                             self_bias=bias, rotary=self.rotary, start=start)
+            x, self_weights, cross_weights = self._run_layer(
+                layer,
+                x,
+                self_mask,
+                encoded.memory,
+                encoded.cross_attention_mask,
+                layer_cache,
+                need_weights=attention is not None,
+                self_bias=bias,
+                rotary=self.rotary,
+                start=start,
+            )
             if attention is not None:
                 attention.setdefault("decoder_self", []).append(self_weights)
                 attention.setdefault("cross", []).append(cross_weights)
@@ -233,8 +295,17 @@ class Transformer(nn.Module):
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
     return Transformer(
-        src_vocab_size, tgt_vocab_size, d_model=cfg.d_model, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-        encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers, dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout, positions=cfg.positions, max_positions=cfg.max_positions,
-        pre_norm=cfg.norm == "pre", share_embeddings=cfg.share_embeddings,
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=cfg.d_model,
+        num_heads=cfg.num_heads,
+        ffn_dim=cfg.ffn_dim,
+        encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        positions=cfg.positions,
+        max_positions=cfg.max_positions,
+        pre_norm=cfg.norm == "pre",
+        share_embeddings=cfg.share_embeddings,
     )

@@ -35,8 +35,9 @@ def _memory_of(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def allocate_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, device: torch.device,
-                   training: bool, fix: str) -> Transformer:
+def allocate_model(
+    cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, device: torch.device, training: bool, fix: str
+) -> Transformer:
     """build_model on `device`, refused when its weights (and, for training, their gradients and
     optimizer moments) would not fit; `fix` says what the user can change."""
     with torch.device("meta"):  # shapes only: nothing is allocated
@@ -44,13 +45,16 @@ def allocate_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, d
     parameters = sum(p.numel() for p in shape.parameters())
     weights = FP32_BYTES * (parameters + sum(b.numel() for b in shape.buffers()))
     needed = weights + (TRAINING_COPIES - 1) * FP32_BYTES * parameters if training else weights
-    what = (f"a model of {parameters:,} parameters needs {_gigabytes(needed)}"
-            + (" for its weights, gradients and AdamW moments" if training else " for its weights"))
+    what = f"a model of {parameters:,} parameters needs {_gigabytes(needed)}" + (
+        " for its weights, gradients and AdamW moments" if training else " for its weights"
+    )
     for place, size in ((torch.device("cpu"), weights), (device, needed)):  # built on the CPU, then moved
         available = _memory_of(place)
         if size > available:
-            raise ModelSizeError(f"{what}, more than the {_gigabytes(available)} this machine's "
-                                 f"{'GPU' if place.type == 'cuda' else 'memory'} has; {fix}")
+            raise ModelSizeError(
+                f"{what}, more than the {_gigabytes(available)} this machine's "
+                f"{'GPU' if place.type == 'cuda' else 'memory'} has; {fix}"
+            )
     try:
         return build_model(cfg, src_vocab_size, tgt_vocab_size).to(device)
     except (MemoryError, RuntimeError) as error:  # torch.OutOfMemoryError is a RuntimeError

@@ -46,8 +46,9 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> Checkpoint:
     for path in paths:
         loaded = newest if path == paths[-1] else load_checkpoint(path)
         if loaded.config.model != newest.config.model:
-            raise CheckpointError(f"{path} has a different model config than {paths[-1]}; only checkpoints of "
-                                  f"one run can be averaged")
+            raise CheckpointError(
+                f"{path} has a different model config than {paths[-1]}; only checkpoints of one run can be averaged"
+            )
         states.append(loaded.model.state_dict())
         steps.append(loaded.step)
     newest.model.load_state_dict(average_state_dicts(states))

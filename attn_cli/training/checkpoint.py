@@ -42,8 +42,16 @@ class Checkpoint:
     training_state: dict = field(default_factory=dict)  # what resuming needs; see Trainer._training_state
 
 
-def save_checkpoint(path: str | Path, config: Config, tokenizers: Tokenizers, model: Transformer, step: int,
-                    epoch: int, metrics: Optional[dict] = None, training_state: Optional[dict] = None) -> None:
+def save_checkpoint(
+    path: str | Path,
+    config: Config,
+    tokenizers: Tokenizers,
+    model: Transformer,
+    step: int,
+    epoch: int,
+    metrics: Optional[dict] = None,
+    training_state: Optional[dict] = None,
+) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -86,8 +94,11 @@ def _fuse_attention_projections(state: dict[str, torch.Tensor]) -> dict[str, tor
     state = dict(state)
     for name in [n for n in state if n.endswith(".k_proj.weight")]:
         prefix = name[: -len("k_proj.weight")]
-        fused, parts = ("kv_proj", ("k_proj", "v_proj")) if "cross_attention" in prefix else \
-            ("qkv_proj", ("q_proj", "k_proj", "v_proj"))
+        fused, parts = (
+            ("kv_proj", ("k_proj", "v_proj"))
+            if "cross_attention" in prefix
+            else ("qkv_proj", ("q_proj", "k_proj", "v_proj"))
+        )
         for kind in ("weight", "bias"):
             state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(f"{prefix}{part}.{kind}") for part in parts])
     return state
@@ -104,8 +115,10 @@ def find_checkpoint(run: Optional[Path], checkpoint: Optional[Path]) -> Path:
     for candidate in (paths.best_checkpoint, paths.last_checkpoint):
         if candidate.is_file():
             return candidate
-    raise CheckpointError(f"no checkpoint in {paths.checkpoint_dir} (looked for best.pt and last.pt); "
-                          f"train one with `attn train --config en-zh.yaml`, or pass --run DIR or --checkpoint PATH")
+    raise CheckpointError(
+        f"no checkpoint in {paths.checkpoint_dir} (looked for best.pt and last.pt); "
+        f"train one with `attn train --config en-zh.yaml`, or pass --run DIR or --checkpoint PATH"
+    )
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
@@ -116,8 +129,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         # weights_only: unpickling builds tensors and plain data only, so no file can run code here.
         payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise CheckpointError(f"{path} is not an attn checkpoint: it holds objects other than tensors and plain "
-                              "data, which attn never loads (nothing in the file was run)") from None
+        raise CheckpointError(
+            f"{path} is not an attn checkpoint: it holds objects other than tensors and plain "
+            "data, which attn never loads (nothing in the file was run)"
+        ) from None
     except Exception as error:  # a truncated or foreign file
         raise CheckpointError(f"{path} is not a readable attn checkpoint: {_why_unreadable(path, error)}") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
@@ -125,11 +140,18 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     try:
         config = config_from_dict(payload["config"])
         tokenizers = Tokenizers.from_state(payload["tokenizers"])
-        model = allocate_model(config.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size,
-                               torch.device("cpu"), training=False, fix=f"{path} is not a model this machine can load")
+        model = allocate_model(
+            config.model,
+            tokenizers.source.vocab_size,
+            tokenizers.target.vocab_size,
+            torch.device("cpu"),
+            training=False,
+            fix=f"{path} is not a model this machine can load",
+        )
         model.load_state_dict(_fuse_attention_projections(payload["model"]))
-        loaded = Checkpoint(config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"],
-                            payload["training_state"])
+        loaded = Checkpoint(
+            config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"], payload["training_state"]
+        )
     except KeyError as missing:
         raise CheckpointError(f"{path} is an incomplete attn checkpoint: it has no {missing}") from None
     except (TypeError, ValueError, RuntimeError) as error:  # parts of the wrong type or shape

@@ -121,12 +121,18 @@ def process_device(setting: str, local_rank: int, world_size: int, option: str =
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if setting not in ("auto", "cuda"):
-        raise ConfigError(f"{setting} names one GPU, but torchrun started {world_size} processes; "
-                          f"use auto or cuda, and each process takes cuda:LOCAL_RANK", option)
+        raise ConfigError(
+            f"{setting} names one GPU, but torchrun started {world_size} processes; "
+            f"use auto or cuda, and each process takes cuda:LOCAL_RANK",
+            option,
+        )
     if local_rank >= torch.cuda.device_count():
-        raise ConfigError(f"process {local_rank} on this machine needs cuda:{local_rank}, but "
-                          f"{torch.cuda.device_count()} GPUs are visible; start at most that many with "
-                          f"torchrun --nproc_per_node", option)
+        raise ConfigError(
+            f"process {local_rank} on this machine needs cuda:{local_rank}, but "
+            f"{torch.cuda.device_count()} GPUs are visible; start at most that many with "
+            f"torchrun --nproc_per_node",
+            option,
+        )
     return torch.device("cuda", local_rank)
 
 
@@ -142,8 +148,9 @@ def process_group(device_setting: str) -> Iterator[Ranks]:
     device = process_device(device_setting, local_rank, world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL and the object collectives use the current device
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size,
-                            timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+    )
     try:
         yield Ranks(rank, world_size, local_rank, device)
     finally:

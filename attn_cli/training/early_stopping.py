@@ -31,9 +31,11 @@ class EarlyStopping:
         return self.stale >= self.patience
 
     def reason(self) -> str:
-        return (f"early stopping: validation {self.label} has not improved for {self.stale} validations "
-                f"(train.early_stopping.patience={self.patience}); the best, {self.best:.3f}, was at step "
-                f"{self.best_step:,}")
+        return (
+            f"early stopping: validation {self.label} has not improved for {self.stale} validations "
+            f"(train.early_stopping.patience={self.patience}); the best, {self.best:.3f}, was at step "
+            f"{self.best_step:,}"
+        )
 
     def state_dict(self) -> dict:
         return {"metric": self.metric, "best": self.best, "best_step": self.best_step, "stale": self.stale}

@@ -49,7 +49,10 @@ def starting_point(cfg: Config) -> Optional[StartingPoint]:
     theirs, ours = config_to_dict(checkpoint.config), config_to_dict(cfg)
     for section in _FIXED_SECTIONS:
         for key, their_value, our_value in sorted(differences(theirs[section], ours[section], section)):
-            raise ConfigError(f"{our_value!r} differs from {their_value!r} in {path}, the checkpoint train.init_from "
-                              f"starts from; a run started from a checkpoint keeps its model and tokenizer: set "
-                              f"{key}: {their_value!r}", key)
+            raise ConfigError(
+                f"{our_value!r} differs from {their_value!r} in {path}, the checkpoint train.init_from "
+                f"starts from; a run started from a checkpoint keeps its model and tokenizer: set "
+                f"{key}: {their_value!r}",
+                key,
+            )
     return StartingPoint(path, checkpoint)

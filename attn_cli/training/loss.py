@@ -26,13 +26,15 @@ GPU_CHUNK_ELEMENTS = 1 << 24
 
 def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
     """Summed loss over non-padding positions, and how many there were. Computed in fp32."""
-    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
+    loss = F.cross_entropy(
+        logits.float().flatten(0, 1), labels.flatten(), ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
+    )
     return loss, int((labels != PAD_ID).sum())
 
 
-def projected_label_smoothed_loss(hidden: torch.Tensor, output_weight: torch.Tensor, labels: torch.Tensor,
-                                  smoothing: float) -> torch.Tensor:
+def projected_label_smoothed_loss(
+    hidden: torch.Tensor, output_weight: torch.Tensor, labels: torch.Tensor, smoothing: float
+) -> torch.Tensor:
     """`label_smoothed_loss(hidden @ output_weight.T, labels, smoothing)[0]` without the logits.
 
     hidden (B, T, D) decoder output, output_weight (V, D), labels (B, T). Under autocast the
@@ -46,8 +48,9 @@ def projected_label_smoothed_loss(hidden: torch.Tensor, output_weight: torch.Ten
     # gradients are being recorded; under no_grad the gradients would be computed for nothing.
     wants_gradients = torch.is_grad_enabled() and (hidden.requires_grad or output_weight.requires_grad)
     chunk_elements = CHUNK_ELEMENTS if device == "cpu" else GPU_CHUNK_ELEMENTS
-    return _ProjectedLabelSmoothedLoss.apply(hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype,
-                                             wants_gradients, chunk_elements)
+    return _ProjectedLabelSmoothedLoss.apply(
+        hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype, wants_gradients, chunk_elements
+    )
 
 
 class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
@@ -58,8 +61,9 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     def forward(ctx, hidden, weight, labels, smoothing, dtype, wants_gradients, chunk_elements):
         # hidden (N, D), weight (V, D), labels (N,). Casts are explicit, so autocast stays out of it.
         with torch.autocast(hidden.device.type, enabled=False):
-            total, grad_hidden, grad_weight = _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients,
-                                                       max(1, chunk_elements // weight.shape[0]))
+            total, grad_hidden, grad_weight = _chunked(
+                hidden, weight, labels, smoothing, dtype, wants_gradients, max(1, chunk_elements // weight.shape[0])
+            )
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 

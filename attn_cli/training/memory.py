@@ -42,6 +42,7 @@ class WorstBatch:
     """The batch that costs the most memory: the longest pairs the length filters keep, as many
     rows as train.max_tokens holds of them (attention grows with the square of the length, so for
     a fixed token budget the longest rows cost the most)."""
+
     rows: int
     source_length: int  # tokens, EOS included
     target_length: int  # tokens, BOS included
@@ -58,6 +59,7 @@ def worst_batch(cfg: Config) -> WorstBatch:
 @dataclass(frozen=True)
 class StepMemory:
     """Bytes of one training step, by what holds them."""
+
     batch: WorstBatch
     precision: str  # fp32, bf16 or fp16: what the activations are kept in
     parameters: int  # a count, not bytes
@@ -72,14 +74,29 @@ class StepMemory:
 
     @property
     def total(self) -> int:
-        return (self.weights + self.gradients + self.optimizer + self.autocast_weights + self.activations
-                + self.attention + self.loss + self.backward)
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.autocast_weights
+            + self.activations
+            + self.attention
+            + self.loss
+            + self.backward
+        )
 
     def parts(self) -> dict[str, int]:
         """The bytes of each part, for a report."""
-        return {"weights": self.weights, "gradients": self.gradients, "AdamW moments": self.optimizer,
-                "autocast weight copies": self.autocast_weights, "activations": self.activations,
-                "attention weights": self.attention, "loss": self.loss, "backward": self.backward}
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "AdamW moments": self.optimizer,
+            "autocast weight copies": self.autocast_weights,
+            "activations": self.activations,
+            "attention weights": self.attention,
+            "loss": self.loss,
+            "backward": self.backward,
+        }
 
 
 def count_parameters(cfg: Config, src_vocab_size: int, tgt_vocab_size: int) -> int:
@@ -87,8 +104,9 @@ def count_parameters(cfg: Config, src_vocab_size: int, tgt_vocab_size: int) -> i
         return sum(p.numel() for p in build_model(cfg.model, src_vocab_size, tgt_vocab_size).parameters())
 
 
-def estimate_step_memory(cfg: Config, src_vocab_size: int, tgt_vocab_size: int, precision: str,
-                         device_type: str) -> StepMemory:
+def estimate_step_memory(
+    cfg: Config, src_vocab_size: int, tgt_vocab_size: int, precision: str, device_type: str
+) -> StepMemory:
     """The bytes one training step needs for the worst batch of `cfg` at `precision` (fp32, bf16 or
     fp16: what train.precision resolves to) on a device of `device_type` ("cpu" or "cuda")."""
     model, train = cfg.model, cfg.train
@@ -104,14 +122,23 @@ def estimate_step_memory(cfg: Config, src_vocab_size: int, tgt_vocab_size: int, 
     encoder_scores = value * copies * rows * model.num_heads * source * source
     decoder_scores = value * copies * rows * model.num_heads * (target * target + target * source)
     encoder_layer = value * rows * source * (ENCODER_VALUES_PER_TOKEN * width + hidden)
-    decoder_layer = value * rows * (target * (DECODER_VALUES_PER_TARGET_TOKEN * width + hidden)
-                                    + source * DECODER_VALUES_PER_SOURCE_TOKEN * width)
+    decoder_layer = (
+        value
+        * rows
+        * (
+            target * (DECODER_VALUES_PER_TARGET_TOKEN * width + hidden)
+            + source * DECODER_VALUES_PER_SOURCE_TOKEN * width
+        )
+    )
     stack_ends = value * rows * (source + target) * STACK_END_VALUES_PER_TOKEN * width
     largest_layer = max(encoder_layer + encoder_scores, decoder_layer + decoder_scores)
     if train.gradient_checkpointing:
         # Only each layer's input is kept; backward recomputes one layer at a time.
-        activations = value * rows * width * (model.encoder_layers * source + model.decoder_layers * target) \
-            + stack_ends + largest_layer
+        activations = (
+            value * rows * width * (model.encoder_layers * source + model.decoder_layers * target)
+            + stack_ends
+            + largest_layer
+        )
         attention = 0  # counted in the recomputed layer
     else:
         activations = model.encoder_layers * encoder_layer + model.decoder_layers * decoder_layer + stack_ends
@@ -119,13 +146,23 @@ def estimate_step_memory(cfg: Config, src_vocab_size: int, tgt_vocab_size: int, 
     # The loss keeps the gradients of the output matrix and of the decoder output (fp32), and works
     # on one (rows, vocabulary) chunk of logits at a time: the logits, their exponentials, their gradient.
     chunk = CHUNK_ELEMENTS if device_type == "cpu" else GPU_CHUNK_ELEMENTS
-    loss = FP32_BYTES * (tgt_vocab_size * width + rows * target * width + 3 * min(chunk, rows * target * tgt_vocab_size))
+    loss = FP32_BYTES * (
+        tgt_vocab_size * width + rows * target * width + 3 * min(chunk, rows * target * tgt_vocab_size)
+    )
     half = value == HALF_BYTES
     return StepMemory(
-        batch=batch, precision=precision, parameters=parameters, weights=FP32_BYTES * parameters,
-        gradients=FP32_BYTES * parameters, optimizer=ADAMW_MOMENTS * FP32_BYTES * parameters,
-        autocast_weights=HALF_BYTES * parameters if half else 0, activations=activations, attention=attention,
-        loss=loss, backward=largest_layer)
+        batch=batch,
+        precision=precision,
+        parameters=parameters,
+        weights=FP32_BYTES * parameters,
+        gradients=FP32_BYTES * parameters,
+        optimizer=ADAMW_MOMENTS * FP32_BYTES * parameters,
+        autocast_weights=HALF_BYTES * parameters if half else 0,
+        activations=activations,
+        attention=attention,
+        loss=loss,
+        backward=largest_layer,
+    )
 
 
 def memory_advice(train: TrainConfig) -> str:
@@ -134,7 +171,9 @@ def memory_advice(train: TrainConfig) -> str:
     steps = []
     if not train.gradient_checkpointing:
         steps.append("set train.gradient_checkpointing: true")
-    steps.append(f"lower train.max_tokens (now {train.max_tokens:,}; raise train.accumulate to keep the effective batch)")
+    steps.append(
+        f"lower train.max_tokens (now {train.max_tokens:,}; raise train.accumulate to keep the effective batch)"
+    )
     if train.precision not in ("bf16", "fp16"):
         steps.append("set train.precision: bf16")
     return ", ".join(steps[:-1]) + f" or {steps[-1]}" if len(steps) > 1 else steps[0]

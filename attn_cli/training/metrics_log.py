@@ -48,10 +48,12 @@ class MetricsLog:
             size = os.lseek(descriptor, 0, os.SEEK_END)
             try:
                 while data:
-                    data = data[os.write(descriptor, data):]
+                    data = data[os.write(descriptor, data) :]
             except OSError as error:
                 os.ftruncate(descriptor, size)
-                raise WriteError(f"cannot write {log}: {error.strerror or error}; the lines before are intact") from None
+                raise WriteError(
+                    f"cannot write {log}: {error.strerror or error}; the lines before are intact"
+                ) from None
         finally:
             os.close(descriptor)
 

@@ -32,6 +32,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 def describe_batches(batches: Sequence[Batch]) -> str:
     """The batch (or, for an update of several, the largest) as rows x longest source / target tokens."""
+
     def size(batch: Batch) -> str:
         rows, source = batch.src.shape
         return f"{rows:,} rows x {source:,} source / {batch.tgt_in.shape[1]:,} target tokens"
@@ -42,18 +43,32 @@ def describe_batches(batches: Sequence[Batch]) -> str:
     return f"one of the update's {len(batches)} batches (the largest: {size(largest)})"
 
 
-def out_of_memory_message(what_failed: str, device: torch.device, train: TrainConfig, paths: RunPaths,
-                          saved_step: int | None) -> str:
+def out_of_memory_message(
+    what_failed: str, device: torch.device, train: TrainConfig, paths: RunPaths, saved_step: int | None
+) -> str:
     """The line a run that ran out of memory ends with; `saved_step` is the step last.pt was saved
     at, None when it could not be saved."""
-    saved = (f"last.pt holds the state before it (step {saved_step:,}): {paths.last_checkpoint}"
-             if saved_step is not None else "no checkpoint was saved")
+    saved = (
+        f"last.pt holds the state before it (step {saved_step:,}): {paths.last_checkpoint}"
+        if saved_step is not None
+        else "no checkpoint was saved"
+    )
     # Gradient checkpointing and precision may change on --resume; the batch size may not (it shapes the data order).
-    resumable = [setting for setting, done in (("train.gradient_checkpointing=true", train.gradient_checkpointing),
-                                               ("train.precision=bf16", train.precision in ("bf16", "fp16")))
-                 if not done]
-    resume = (f"; continue with `attn train --config {paths.config} --resume --set {resumable[0]}`"
-              if resumable and saved_step is not None else "")
-    return (f"out of memory on {device}: {what_failed} did not fit; {saved}; "
-            f"{memory_advice(train)}{resume} (a smaller train.max_tokens needs a new run_dir); "
-            f"`attn doctor --config {paths.config}` estimates a step's memory")
+    resumable = [
+        setting
+        for setting, done in (
+            ("train.gradient_checkpointing=true", train.gradient_checkpointing),
+            ("train.precision=bf16", train.precision in ("bf16", "fp16")),
+        )
+        if not done
+    ]
+    resume = (
+        f"; continue with `attn train --config {paths.config} --resume --set {resumable[0]}`"
+        if resumable and saved_step is not None
+        else ""
+    )
+    return (
+        f"out of memory on {device}: {what_failed} did not fit; {saved}; "
+        f"{memory_advice(train)}{resume} (a smaller train.max_tokens needs a new run_dir); "
+        f"`attn doctor --config {paths.config}` estimates a step's memory"
+    )

@@ -33,16 +33,17 @@ class TrainingStatus:
     best: str = ""
     skipped: int = 0  # updates skipped for a non-finite loss or gradients
 
-
     @property
     def perplexity(self) -> float:
         return math.exp(min(self.loss, 50.0))
 
     def line(self) -> str:
-        return (f"step {self.step:,}  epoch {self.epoch}  loss {self.loss:.3f}  ppl {self.perplexity:.1f}  "
-                f"lr {self.learning_rate:.2e}  {self.tokens_per_second:,.0f} tok/s  "
-                f"elapsed {format_duration(self.elapsed)}  eta {format_duration(self.eta)}"
-                + (f"  skipped {self.skipped} non-finite" if self.skipped else ""))
+        return (
+            f"step {self.step:,}  epoch {self.epoch}  loss {self.loss:.3f}  ppl {self.perplexity:.1f}  "
+            f"lr {self.learning_rate:.2e}  {self.tokens_per_second:,.0f} tok/s  "
+            f"elapsed {format_duration(self.elapsed)}  eta {format_duration(self.eta)}"
+            + (f"  skipped {self.skipped} non-finite" if self.skipped else "")
+        )
 
 
 class TrainingDisplay:
@@ -82,8 +83,16 @@ class TrainingDisplay:
         table = Table(title="attn train", show_header=True, header_style="bold")
         for column in ("step", "epoch", "loss", "ppl", "lr", "tok/s", "elapsed", "ETA", "best", "skipped"):
             table.add_column(column, justify="right")
-        table.add_row(f"{status.step:,}", str(status.epoch), f"{status.loss:.3f}", f"{status.perplexity:.1f}",
-                      f"{status.learning_rate:.2e}", f"{status.tokens_per_second:,.0f}",
-                      format_duration(status.elapsed), format_duration(status.eta), status.best or "-",
-                      str(status.skipped))
+        table.add_row(
+            f"{status.step:,}",
+            str(status.epoch),
+            f"{status.loss:.3f}",
+            f"{status.perplexity:.1f}",
+            f"{status.learning_rate:.2e}",
+            f"{status.tokens_per_second:,.0f}",
+            format_duration(status.elapsed),
+            format_duration(status.eta),
+            status.best or "-",
+            str(status.skipped),
+        )
         return table

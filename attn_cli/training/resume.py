@@ -15,9 +15,21 @@ from attn_cli.config import Config, ConfigError, config_to_dict
 
 # YAML paths (and whole sections) that a resumed run may change.
 RESUMABLE = (
-    "run_dir", "train.device", "train.threads", "train.precision", "train.compile", "train.gradient_checkpointing",
-    "train.max_epochs", "train.max_steps", "train.max_minutes", "train.valid_every", "train.log_every",
-    "train.max_nonfinite_steps", "train.keep_last", "train.early_stopping", "decode",
+    "run_dir",
+    "train.device",
+    "train.threads",
+    "train.precision",
+    "train.compile",
+    "train.gradient_checkpointing",
+    "train.max_epochs",
+    "train.max_steps",
+    "train.max_minutes",
+    "train.valid_every",
+    "train.log_every",
+    "train.max_nonfinite_steps",
+    "train.keep_last",
+    "train.early_stopping",
+    "decode",
 )
 
 
@@ -47,6 +59,8 @@ def resume_config(given: Config, saved: Config, checkpoint: Path) -> tuple[Confi
                 f"{new!r} differs from {old!r} in {checkpoint}, the run being resumed; a resumed run keeps "
                 f"its model, tokenizer, data and optimizer settings. Resume with the run's own config "
                 f"(--config {Path(given.run_dir) / 'config.yaml'}) and --set only train.max_steps, max_epochs, "
-                f"max_minutes, device, precision and the like, or start a new run_dir", path)
+                f"max_minutes, device, precision and the like, or start a new run_dir",
+                path,
+            )
         changes.append(f"{path}: {old!r} -> {new!r}")
     return given, changes

@@ -26,15 +26,21 @@ def run_directory_lock(paths: RunPaths, held: bool = True) -> Iterator[None]:
         paths.root.mkdir(parents=True, exist_ok=True)
         lock = open(paths.root / ".lock", "a+", encoding="utf-8")
     except OSError as error:  # a file of that name, a read-only place
-        raise ConfigError(f"{paths.root} cannot be a run directory: {error.strerror or error}; "
-                          "give another path with --set run_dir=...", "run_dir") from None
+        raise ConfigError(
+            f"{paths.root} cannot be a run directory: {error.strerror or error}; "
+            "give another path with --set run_dir=...",
+            "run_dir",
+        ) from None
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(lock)
-            raise ConfigError(f"{paths.root} is in use by another attn process (PID {holder}); wait for "
-                              "it to finish, or work in another directory with --set run_dir=...", "run_dir") from None
+            raise ConfigError(
+                f"{paths.root} is in use by another attn process (PID {holder}); wait for "
+                "it to finish, or work in another directory with --set run_dir=...",
+                "run_dir",
+            ) from None
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")

@@ -49,9 +49,11 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
 
 def inverse_sqrt_schedule(warmup_steps: int):
     """Linear warmup to the peak learning rate, then decay with 1/sqrt(step)."""
+
     def factor(step: int) -> float:
         step = max(step, 1)
         return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
     return factor
 
 
@@ -72,9 +74,12 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
     """A new run must never silently replace the checkpoints of a finished one."""
     existing = [p for p in (paths.best_checkpoint, paths.last_checkpoint) if p.is_file()]
     if existing:
-        raise ConfigError(f"{paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
-                          f"continue it with --resume, train into another one (--set run_dir=...) or delete "
-                          f"{paths.checkpoint_dir} to start over", "run_dir")
+        raise ConfigError(
+            f"{paths.root} already holds checkpoints ({', '.join(p.name for p in existing)}); "
+            f"continue it with --resume, train into another one (--set run_dir=...) or delete "
+            f"{paths.checkpoint_dir} to start over",
+            "run_dir",
+        )
 
 
 def _load_resume_point(paths: RunPaths, device: torch.device) -> tuple[Checkpoint, Path]:
@@ -88,7 +93,9 @@ def _load_resume_point(paths: RunPaths, device: torch.device) -> tuple[Checkpoin
     else:
         found = [p for p in (*reversed(paths.step_checkpoints()), paths.best_checkpoint) if p.is_file()]
         if not found:
-            raise CheckpointError(f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run")
+            raise CheckpointError(
+                f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run"
+            )
         checkpoint, path = max(((load_checkpoint(p, device), p) for p in found), key=lambda loaded: loaded[0].step)
     if "batches_done" not in checkpoint.training_state:
         raise CheckpointError(f"{path} holds no resume state (an older attn wrote it); start a new run_dir")
@@ -99,8 +106,11 @@ def _keep_metrics_up_to(log: Path, step: int) -> None:
     """Drop metrics lines written after the checkpoint a run resumes from (the resumed run writes
     them again), and a line a kill cut short."""
     if log.is_file():
-        kept = [line for line in log.read_text(encoding="utf-8").splitlines(keepends=True)
-                if _metrics_step(line) is not None and _metrics_step(line) <= step]
+        kept = [
+            line
+            for line in log.read_text(encoding="utf-8").splitlines(keepends=True)
+            if _metrics_step(line) is not None and _metrics_step(line) <= step
+        ]
         write_whole(log, "".join(kept))
 
 
@@ -117,6 +127,7 @@ def _metrics_step(line: str) -> Optional[int]:
 @dataclass
 class RunPosition:
     """Where a run stands: nothing done for a new run, the checkpoint's position for a resumed one."""
+
     step: int = 0  # updates applied
     epoch: int = 0  # the epoch in progress; 0 before the first
     batches_done: int = 0  # batches of this epoch already trained on
@@ -128,6 +139,7 @@ class RunPosition:
 @dataclass
 class TrainingSetup:
     """Everything the training loop needs, read, built or restored by `setup_training`."""
+
     cfg: Config  # the config the run trains with: for a resumed run, its own with the changes resuming allows
     display: TrainingDisplay
     ranks: Ranks
@@ -148,8 +160,9 @@ class TrainingSetup:
     position: RunPosition = field(default_factory=RunPosition)
 
 
-def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
-                   ranks: Ranks = SINGLE_PROCESS) -> TrainingSetup:
+def setup_training(
+    cfg: Config, display: TrainingDisplay, resume: bool = False, ranks: Ranks = SINGLE_PROCESS
+) -> TrainingSetup:
     """Everything a run trains from, in an order that keeps runs repeatable and resumes exact (the
     seeds are set at fixed points). Every process of a torchrun run calls it; rank 0 alone writes files."""
     paths = RunPaths.of(cfg.run_dir)
@@ -157,8 +170,10 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     resumed, resumed_from = _load_resume_point(paths, device) if resume else (None, None)
     cfg = _run_config(cfg, paths, resumed, display)
     if resumed_from is not None and resumed_from != paths.last_checkpoint:
-        display.log(f"resume: no last.pt (the run was stopped during its first save); continuing from "
-                    f"{resumed_from}, of step {resumed.step}")
+        display.log(
+            f"resume: no last.pt (the run was stopped during its first save); continuing from "
+            f"{resumed_from}, of step {resumed.step}"
+        )
     # A resumed fine-tuning run continues from its own last.pt, not from where it started.
     start = starting_point(cfg) if resumed is None else None
     if cfg.train.threads is not None:
@@ -169,18 +184,31 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     set_seed(cfg.train.seed)
     prepared, tokenizers = _data_and_tokenizers(cfg, resumed or start, display, ranks)
     if not len(prepared.train):
-        raise DataError("no training pairs left after the length filters; raise data.max_source_tokens, "
-                        "data.max_target_tokens or data.max_length_ratio")
+        raise DataError(
+            "no training pairs left after the length filters; raise data.max_source_tokens, "
+            "data.max_target_tokens or data.max_length_ratio"
+        )
     valid_examples = _valid_examples(cfg, prepared, tokenizers)
 
     set_seed(cfg.train.seed)  # the same initial weights whatever the tokenizer training consumed
-    model = (resumed.model.to(device) if resumed is not None else
-             allocate_model(cfg.model, tokenizers.source.vocab_size, tokenizers.target.vocab_size, device, training=True,
-                            fix="lower model.d_model, model.ffn_dim, the layer counts or tokenizer.vocab_size"))
+    model = (
+        resumed.model.to(device)
+        if resumed is not None
+        else allocate_model(
+            cfg.model,
+            tokenizers.source.vocab_size,
+            tokenizers.target.vocab_size,
+            device,
+            training=True,
+            fix="lower model.d_model, model.ffn_dim, the layer counts or tokenizer.vocab_size",
+        )
+    )
     if start is not None:
         model.load_state_dict(start.model.state_dict())
-        display.log(f"init_from: the weights and tokenizer of {start.path} (step {start.checkpoint.step:,}); "
-                    f"a new optimizer, schedule and data order")
+        display.log(
+            f"init_from: the weights and tokenizer of {start.path} (step {start.checkpoint.step:,}); "
+            f"a new optimizer, schedule and data order"
+        )
     model.gradient_checkpointing = cfg.train.gradient_checkpointing
     if ranks.rank:
         set_seed(dropout_seed(cfg.train.seed, ranks.rank))
@@ -191,13 +219,29 @@ def setup_training(cfg: Config, display: TrainingDisplay, resume: bool = False,
     # The DDP and compiled wrappers share the parameters; the plain module stays the one saved and decoded with.
     replica = ranks.replicate(TrainingObjective(model, cfg.train.label_smoothing))
     objective = torch.compile(replica) if cfg.train.compile else replica
-    update = TrainingStep(model, objective, optimizer, scheduler, scaler, precision, device, cfg.train.clip_norm,
-                          ranks, replica)
+    update = TrainingStep(
+        model, objective, optimizer, scheduler, scaler, precision, device, cfg.train.clip_norm, ranks, replica
+    )
     stopping = cfg.train.early_stopping
-    setup = TrainingSetup(cfg, display, ranks, paths, device, tokenizers, prepared.train, valid_examples, prepared.valid,
-                          model, optimizer, scheduler, scaler, precision, update,
-                          NonfiniteGuard(cfg.train.max_nonfinite_steps),
-                          EarlyStopping(stopping.metric, stopping.patience) if stopping else None)
+    setup = TrainingSetup(
+        cfg,
+        display,
+        ranks,
+        paths,
+        device,
+        tokenizers,
+        prepared.train,
+        valid_examples,
+        prepared.valid,
+        model,
+        optimizer,
+        scheduler,
+        scaler,
+        precision,
+        update,
+        NonfiniteGuard(cfg.train.max_nonfinite_steps),
+        EarlyStopping(stopping.metric, stopping.patience) if stopping else None,
+    )
     if resumed is not None:
         _restore(setup, resumed)
     if ranks.is_main:  # last: a run, or a resume, that fails to start leaves the run's config as it was
@@ -231,8 +275,9 @@ def _prepare_run_dir(paths: RunPaths, resumed: Optional[Checkpoint]) -> None:
         paths.metrics_log.unlink(missing_ok=True)  # metrics of an unfinished earlier attempt
 
 
-def _data_and_tokenizers(cfg: Config, earlier: Optional[Checkpoint | StartingPoint], display: TrainingDisplay,
-                         ranks: Ranks) -> tuple[PreparedData, Tokenizers]:
+def _data_and_tokenizers(
+    cfg: Config, earlier: Optional[Checkpoint | StartingPoint], display: TrainingDisplay, ranks: Ranks
+) -> tuple[PreparedData, Tokenizers]:
     """The prepared training data and the tokenizers. A resumed run keeps its checkpoint's
     tokenizers, the ones its weights were trained with, as does a run started from another's
     checkpoint (train.init_from), and a restarted one its saved tokenizer: none reads the corpus
@@ -253,8 +298,11 @@ def _valid_examples(cfg: Config, prepared: PreparedData, tokenizers: Tokenizers)
     """The validation examples whose every token the model can embed (the validation loss needs them all)."""
     # Learned positions end at model.max_positions.
     position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
-    return [e for e in encode_pairs(prepared.valid, tokenizers)
-            if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit]
+    return [
+        e
+        for e in encode_pairs(prepared.valid, tokenizers)
+        if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit
+    ]
 
 
 def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
@@ -265,17 +313,25 @@ def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
     setup.scheduler.load_state_dict(state["scheduler"])
     if setup.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
         setup.scaler.load_state_dict(state["grad_scaler"])
-    setup.position = RunPosition(resumed.step, resumed.epoch, state["batches_done"], state["elapsed"],
-                              state["validated_step"], state["best_metrics"])
+    setup.position = RunPosition(
+        resumed.step,
+        resumed.epoch,
+        state["batches_done"],
+        state["elapsed"],
+        state["validated_step"],
+        state["best_metrics"],
+    )
     setup.nonfinite.total = state["nonfinite_steps"]
     if setup.early_stopping and state.get("early_stopping"):
         setup.early_stopping.load_state_dict(state["early_stopping"])
     # Last: nothing after this may draw random numbers before training.
     rng_by_rank = state.get("rng_by_rank") or [state["rng"]]
     if len(rng_by_rank) != setup.ranks.world_size:
-        setup.display.log(f"resume: the run had {len(rng_by_rank)} processes and now has {setup.ranks.world_size}; "
-                          f"updates still cover the same batches, but dropout masks differ from an "
-                          f"uninterrupted run")
+        setup.display.log(
+            f"resume: the run had {len(rng_by_rank)} processes and now has {setup.ranks.world_size}; "
+            f"updates still cover the same batches, but dropout masks differ from an "
+            f"uninterrupted run"
+        )
     if setup.ranks.rank < len(rng_by_rank):
         restore_rng_state(rng_by_rank[setup.ranks.rank])
 
@@ -283,9 +339,13 @@ def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
 def _log_setup(setup: TrainingSetup) -> None:
     """The model's size, device and precision, and the effective batch, for the log."""
     parameters = sum(p.numel() for p in setup.model.parameters())
-    setup.display.log(f"model: {parameters / 1e6:.1f}M parameters on {setup.device}, "
-                      f"{setup.precision.describe()}; {len(setup.train_examples):,} training pairs")
+    setup.display.log(
+        f"model: {parameters / 1e6:.1f}M parameters on {setup.device}, "
+        f"{setup.precision.describe()}; {len(setup.train_examples):,} training pairs"
+    )
     train = setup.cfg.train
     shared = f", shared by {setup.ranks.world_size} processes" if setup.ranks.distributed else ""
-    setup.display.log(f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
-                      f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate}){shared}")
+    setup.display.log(
+        f"effective batch: up to {train.max_tokens * train.accumulate:,} tokens per update "
+        f"(train.max_tokens {train.max_tokens:,} x train.accumulate {train.accumulate}){shared}"
+    )

@@ -24,8 +24,9 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_requests(signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
-                  second_stops_at_once: bool = True) -> Iterator[StopRequest]:
+def stop_requests(
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM), second_stops_at_once: bool = True
+) -> Iterator[StopRequest]:
     """Record these signals as a stop request while the block runs; the old handlers come back after.
     Without `second_stops_at_once`, later signals only repeat the request."""
     request = StopRequest()

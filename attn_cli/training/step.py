@@ -12,9 +12,9 @@ from torch import nn
 
 from attn_cli.data.batching import Batch
 from attn_cli.errors import UserError
+from attn_cli.model import Transformer
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
 from attn_cli.training.loss import projected_label_smoothed_loss
-from attn_cli.model import Transformer
 from attn_cli.training.precision import Precision
 
 
@@ -35,8 +35,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     """Load a saved optimizer state but keep this optimizer's choice of kernel (`fused`), which
     `load_state_dict` would take from the checkpoint: a run resumed from a checkpoint of the plain
     loop would stay slow, and one saved with the fused kernel could not resume where it is missing."""
-    groups = [{**saved, "fused": current["fused"]} if "fused" in current else saved
-              for saved, current in zip(state["param_groups"], optimizer.param_groups)]
+    groups = [
+        {**saved, "fused": current["fused"]} if "fused" in current else saved
+        for saved, current in zip(state["param_groups"], optimizer.param_groups)
+    ]
     optimizer.load_state_dict({**state, "param_groups": groups})
 
 
@@ -74,10 +76,19 @@ class TrainingStep:
     process passes its own share of the update's batches.
     """
 
-    def __init__(self, model: torch.nn.Module, objective: Callable, optimizer: torch.optim.Optimizer,
-                 scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
-                 precision: Precision, device: torch.device, clip_norm: float,
-                 ranks: Ranks = SINGLE_PROCESS, replica: torch.nn.Module | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        objective: Callable,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scaler: torch.amp.GradScaler,
+        precision: Precision,
+        device: torch.device,
+        clip_norm: float,
+        ranks: Ranks = SINGLE_PROCESS,
+        replica: torch.nn.Module | None = None,
+    ):
         self.model = model
         self.objective = objective
         self.ranks = ranks
@@ -145,6 +156,8 @@ class NonfiniteGuard:
         self.total += 1
         if self.in_a_row >= self.limit:
             raise TrainingDiverged(
-                f"training stopped: {self.in_a_row} steps in a row had a non-finite loss or gradients (after step {step:,}; "
+                f"training stopped: {self.in_a_row} steps in a row had a non-finite loss or gradients "
+                f"(after step {step:,}; "
                 f"train.max_nonfinite_steps={self.limit}); lower train.lr, use train.precision: bf16 or fp32 "
-                f"instead of fp16, or raise train.warmup_steps")
+                f"instead of fp16, or raise train.warmup_steps"
+            )

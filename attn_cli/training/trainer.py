@@ -25,7 +25,12 @@ from attn_cli.training.checkpoint import keep_newest_step_checkpoints, save_chec
 from attn_cli.training.distributed import process_group
 from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.training.metrics_log import MetricsLog
-from attn_cli.training.out_of_memory import TrainingOutOfMemory, describe_batches, is_out_of_memory, out_of_memory_message
+from attn_cli.training.out_of_memory import (
+    TrainingOutOfMemory,
+    describe_batches,
+    is_out_of_memory,
+    out_of_memory_message,
+)
 from attn_cli.training.progress import TrainingDisplay, TrainingStatus
 from attn_cli.training.rng import capture_rng_state
 from attn_cli.training.run_lock import run_directory_lock
@@ -37,6 +42,7 @@ from attn_cli.training.step import StepResult, TrainingDiverged
 @dataclass
 class TrainResult:
     """How a finished run ended, for the command's closing line."""
+
     step: int
     epoch: int
     elapsed: float  # seconds in the training loop, those before a resume included
@@ -84,16 +90,25 @@ class Trainer:
         """Everything besides the weights that continuing this run exactly needs. `rng_by_rank` holds
         every process's random streams (each draws its own dropout masks); "rng" is rank 0's.
         setup._restore reads it back."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "grad_scaler": self.scaler.state_dict(), "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank,
-                "batches_done": self.batches_done, "elapsed": self._elapsed(), "validated_step": self.validated_step,
-                "best_metrics": self.best_metrics, "nonfinite_steps": self.nonfinite.total,
-                "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "grad_scaler": self.scaler.state_dict(),
+            "rng": rng_by_rank[0],
+            "rng_by_rank": rng_by_rank,
+            "batches_done": self.batches_done,
+            "elapsed": self._elapsed(),
+            "validated_step": self.validated_step,
+            "best_metrics": self.best_metrics,
+            "nonfinite_steps": self.nonfinite.total,
+            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
+        }
 
     # -- one step -------------------------------------------------------------------------------
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        """One update; a non-finite loss or gradient norm skips it (and counts towards stopping), leaving `step` as it was.
+        """One update; a non-finite loss or gradient norm skips it (and counts towards stopping),
+        leaving `step` as it was.
         An update that runs out of memory raises TrainingOutOfMemory naming its batches."""
         failed = None
         try:
@@ -130,9 +145,14 @@ class Trainer:
         """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
         self.model.eval()
         with self.precision.autocast(self.device):
-            translations = translate_sentences(self.model, self.tokenizers, [p[0] for p in self.valid_pairs],
-                                               self.cfg.decode, self.cfg.model.max_positions - 1,
-                                               self.cfg.data.tgt_lang)
+            translations = translate_sentences(
+                self.model,
+                self.tokenizers,
+                [p[0] for p in self.valid_pairs],
+                self.cfg.decode,
+                self.cfg.model.max_positions - 1,
+                self.cfg.data.tgt_lang,
+            )
         hypotheses = [translation.texts[0] for translation in translations]
         scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
         return scores[0].score
@@ -194,8 +214,9 @@ class Trainer:
         if self.ranks.is_main:
             training_state = self._training_state(rng_by_rank)
             for path in paths:
-                save_checkpoint(path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics,
-                                training_state)
+                save_checkpoint(
+                    path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, training_state
+                )
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -223,8 +244,11 @@ class Trainer:
         if self._epoch_batches[0] != epoch:
             train = self.cfg.train
             self._epoch_examples = self._examples_of_epoch(epoch)
-            batches = token_batches(self._epoch_examples, train.max_tokens, shuffle=True, seed=train.seed,
-                                    epoch=epoch) if epoch > 0 else []
+            batches = (
+                token_batches(self._epoch_examples, train.max_tokens, shuffle=True, seed=train.seed, epoch=epoch)
+                if epoch > 0
+                else []
+            )
             self._epoch_batches = (epoch, batches)
         return self._epoch_batches[1]
 
@@ -233,8 +257,13 @@ class Trainer:
         join, data = self.cfg.train.join, self.cfg.data
         if join.rate == 0 or epoch == 0:
             return self.train_examples
-        settings = JoinSettings(join.rate, join.max_pairs, *self.cfg.longest_training_sides(),
-                                separator(data.src_lang), separator(data.tgt_lang))
+        settings = JoinSettings(
+            join.rate,
+            join.max_pairs,
+            *self.cfg.longest_training_sides(),
+            separator(data.src_lang),
+            separator(data.tgt_lang),
+        )
         return join_epoch(self.train_examples, self.tokenizers, settings, self.cfg.train.seed, epoch)
 
     def _next_update(self) -> Optional[list[list[int]]]:
@@ -259,8 +288,10 @@ class Trainer:
     def _log_resume_point(self) -> None:
         """Where in its epoch a resumed run picks up, for the log."""
         if self.step:
-            self.display.log(f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
-                             f"of {len(self._batches_of_epoch(self.epoch))}")
+            self.display.log(
+                f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
+                f"of {len(self._batches_of_epoch(self.epoch))}"
+            )
 
     def run(self) -> TrainResult:
         """Train until the run ends, then validate and save its last step unless that was just done; a
@@ -292,8 +323,9 @@ class Trainer:
             except (KeyboardInterrupt, TrainingDiverged) as reason:
                 # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
                 why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
-                self.display.log(f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint "
-                                 f"before exiting")
+                self.display.log(
+                    f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint before exiting"
+                )
                 self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, why: True})
                 raise
 
@@ -311,8 +343,9 @@ class Trainer:
             self.display.log(f"out of memory: {what_failed} did not fit; saving the last checkpoint before exiting")
             self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, "out_of_memory": True})
             saved_step = self.step
-        raise TrainingOutOfMemory(out_of_memory_message(what_failed, self.device, self.cfg.train, self.paths,
-                                                        saved_step)) from None
+        raise TrainingOutOfMemory(
+            out_of_memory_message(what_failed, self.device, self.cfg.train, self.paths, saved_step)
+        ) from None
 
     def _agreed_stop(self, stop: StopRequest) -> bool:
         """Whether the budget is spent; raises TrainingInterrupted for a stop signal. Every process
@@ -356,8 +389,7 @@ class Trainer:
                 status = self._status(meter)
                 self.display.update(status)
                 if self.metrics_log is not None:
-                    self.metrics_log.training(status.step, status.loss, status.learning_rate,
-                                              status.tokens_per_second)
+                    self.metrics_log.training(status.step, status.loss, status.learning_rate, status.tokens_per_second)
             if self.step % train.valid_every == 0:
                 self.validate_and_save()
                 if self.stop_early:
@@ -370,9 +402,17 @@ class Trainer:
     def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
         """The progress line's figures now."""
         elapsed = self._elapsed()
-        return TrainingStatus(self.step, self.epoch, meter.loss_average, self.scheduler.get_last_lr()[0],
-                              meter.tokens_per_second(), elapsed, self._eta(elapsed, self._updates_per_epoch()),
-                              self._best_text(), self.nonfinite.total)
+        return TrainingStatus(
+            self.step,
+            self.epoch,
+            meter.loss_average,
+            self.scheduler.get_last_lr()[0],
+            meter.tokens_per_second(),
+            elapsed,
+            self._eta(elapsed, self._updates_per_epoch()),
+            self._best_text(),
+            self.nonfinite.total,
+        )
 
     def _best_text(self) -> str:
         """The best validation so far, for the progress line; empty before the first."""
