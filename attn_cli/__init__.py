@@ -13,7 +13,7 @@ def package_version() -> str:
 
 
 def __getattr__(name: str) -> str:
-    # __version__ is read from the package metadata when asked for, not on every import (~10 ms).
+    # __version__ is read from the package metadata when asked for, not on every import.
     if name == "__version__":
         return package_version()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -108,6 +108,12 @@ MAX_EXTRA_TOKENS = 100_000
 MAX_SEED = 2**32 - 1  # what every generator attn seeds takes, whatever it derives from it per process
 
 
+def derived_seed(seed: int, stream: int) -> int:
+    """The seed of one stream drawn from a configured seed (an epoch's batch order, one process's
+    dropout masks): different streams of one seed get different seeds, the same stream the same."""
+    return seed * 1000003 + stream
+
+
 def _check_seed(key: str, seed: Optional[int]) -> None:
     if seed is not None and not 0 <= seed <= MAX_SEED:
         _fail(key, f"{seed} is out of range; a seed is a whole number from 0 to {MAX_SEED:,}")
@@ -264,6 +270,18 @@ class ModelConfig:
         for key in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1)")
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens of a source or output, its EOS or BOS aside (which takes one position), that
+        the model takes in one piece: a longer input is split or truncated (decode.long_inputs)."""
+        return self.max_positions - 1
+
+    @property
+    def position_limit(self) -> Optional[int]:
+        """The most tokens of a sequence the model can embed at all: learned positions end at
+        max_sequence_tokens; the other schemes have no end (None)."""
+        return self.max_sequence_tokens if self.positions == "learned" else None
 
 
 @dataclass(frozen=True)
@@ -447,13 +465,13 @@ class Config:
         self.decode.validate("decode")
         if self.model.share_embeddings and not self.tokenizer.joint:
             _fail("model.share_embeddings", "true needs tokenizer.joint=true; set one of them differently")
-        # A source gets EOS and a decoder input gets BOS: one position more than the tokens.
-        longest = max(self.longest_training_sides()) + 1
-        if self.model.positions == "learned" and longest > self.model.max_positions:
+        limit, longest = self.model.position_limit, max(self.longest_training_sides())
+        if limit is not None and longest > limit:
+            # A source gets EOS and a decoder input gets BOS: one position more than the tokens.
             _fail(
                 "model.max_positions",
                 f"{self.model.max_positions} is shorter than the longest sentence "
-                f"data.max_*_tokens (or train.join.max_tokens) + 1 = {longest}; raise it or lower the limits",
+                f"data.max_*_tokens (or train.join.max_tokens) + 1 = {longest + 1}; raise it or lower the limits",
             )
 
     def longest_training_sides(self) -> tuple[int, int]:

@@ -23,36 +23,21 @@ class RunPaths:
         """The run a checkpoint belongs to: checkpoints live in RUN/checkpoints/."""
         return cls(Path(checkpoint).parent.parent)
 
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"  # the resolved config, overrides applied
-
-    @property
-    def tokenizer_dir(self) -> Path:
-        return self.root / "tokenizer"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"  # the valid and test splits as plain text, one sentence per line
-
-    @property
-    def prepared_dir(self) -> Path:
-        return self.data_dir / "prepared"  # the training data tokenized once (attn_cli/data/prepared.py)
+    # The run directory's layout, a path each. config.yaml: the resolved config, overrides applied;
+    # data/: the valid and test splits as plain text, one sentence a line; data/prepared/: the
+    # training data tokenized once (attn_cli/data/prepared.py).
+    config = property(lambda self: self.root / "config.yaml")
+    tokenizer_dir = property(lambda self: self.root / "tokenizer")
+    data_dir = property(lambda self: self.root / "data")
+    prepared_dir = property(lambda self: self.data_dir / "prepared")
+    checkpoint_dir = property(lambda self: self.root / "checkpoints")
+    best_checkpoint = property(lambda self: self.checkpoint_dir / "best.pt")
+    last_checkpoint = property(lambda self: self.checkpoint_dir / "last.pt")
+    metrics_log = property(lambda self: self.root / "metrics.jsonl")
+    tensorboard_dir = property(lambda self: self.root / "tensorboard")
 
     def split_file(self, split: str, language: str) -> Path:
         return self.data_dir / f"{split}.{language}"
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def best_checkpoint(self) -> Path:
-        return self.checkpoint_dir / "best.pt"
-
-    @property
-    def last_checkpoint(self) -> Path:
-        return self.checkpoint_dir / "last.pt"
 
     def step_checkpoint(self, step: int) -> Path:
         return self.checkpoint_dir / f"step-{step:06d}.pt"  # zero-padded, so a listing sorts by step
@@ -70,14 +55,6 @@ class RunPaths:
 
     def average_checkpoint(self, count: int) -> Path:
         return self.checkpoint_dir / f"average-last{count}.pt"
-
-    @property
-    def metrics_log(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def tensorboard_dir(self) -> Path:
-        return self.root / "tensorboard"
 
 
 def hypotheses_file(made_by: Sequence[Path], source: Path) -> Path:

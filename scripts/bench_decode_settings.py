@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
+from attn_cli.checkpoint import find_checkpoint, load_checkpoint
 from attn_cli.decoding.by_length import scores_by_length
 from attn_cli.decoding.io import read_parallel
 from attn_cli.decoding.translate import translate_sentences
 from attn_cli.paths import RunPaths
-from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 
 LENGTH_PENALTIES = (0.6, 1.0, 1.4, 1.7, 2.0)
 NO_REPEAT_NGRAMS = (0, 2, 3, 4)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from attn_cli.decoding.ensemble import Ensemble, require_shared_tokenizers
+from attn_cli.checkpoint import find_checkpoint, load_checkpoint, require_shared_tokenizers
+from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.io import read_parallel
 from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.translate import translate_sentences
 from attn_cli.paths import RunPaths
-from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 
 
 def measure(model, checkpoint, sources, references, beam: int, repeats: int) -> dict:

@@ -129,11 +129,11 @@ def main() -> None:
 
     import torch
 
+    from attn_cli.checkpoint import load_checkpoint
     from attn_cli.decoding.io import read_parallel
     from attn_cli.decoding.scoring import score_translations
     from attn_cli.decoding.translate import translate_sentences
     from attn_cli.paths import RunPaths
-    from attn_cli.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(2)
     first = RunPaths.of(args.workdir / args.schemes[0])

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
+from attn_cli.checkpoint import find_checkpoint, load_checkpoint
 from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.translate import translate_sentences
 from attn_cli.export.convert import export
 from attn_cli.export.exported import load_exported
 from attn_cli.paths import RunPaths
-from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 
 QUANTIZATIONS = ("float32", "int8")
 
@@ -38,7 +38,7 @@ QUANTIZATIONS = ("float32", "int8")
 def attn_system(loaded):
     cfg = loaded.config
     return lambda sentences, options: translate_sentences(
-        loaded.model, loaded.tokenizers, sentences, options, cfg.model.max_positions - 1, cfg.data.tgt_lang
+        loaded.model, loaded.tokenizers, sentences, options, cfg.model.max_sequence_tokens, cfg.data.tgt_lang
     )
 
 
@@ -51,7 +51,7 @@ def export_system(loaded, directory: Path, threads: int):
         exported.tokenizers,
         sentences,
         options,
-        cfg.model.max_positions - 1,
+        cfg.model.max_sequence_tokens,
         cfg.data.tgt_lang,
         search=lambda src: exported.search(src, options),
     )

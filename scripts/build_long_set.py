@@ -21,9 +21,9 @@ from pathlib import Path
 
 from attn_cli.config import load_config
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file
-from attn_cli.data.joining import separator
 from attn_cli.data.split import split_corpus
 from attn_cli.decoding.by_length import BUCKET_BOUNDS
+from attn_cli.languages import joiner as separator
 
 LONG_WORDS = BUCKET_BOUNDS[-1]  # more than this many source words is long: attn eval --by-length's last bucket
 

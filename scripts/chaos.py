@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing; the att
 
 import torch  # noqa: E402
 
-from attn_cli.training.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+from attn_cli.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 
 # The run every part trains: the built-in tiny config with dropout on (so a resume must also continue
 # the random streams), a validation and three or four checkpoint files every 10 steps (last.pt,

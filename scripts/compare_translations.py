@@ -30,12 +30,12 @@ REPO = Path(__file__).resolve().parent.parent
 def translate_in_tree(tree: str, checkpoint: str, source: str, beam: int, output: str) -> None:
     """The worker: translate `source` with the code of `tree` and write ids, texts and scores as JSON."""
     sys.path.insert(0, tree)
-    try:  # the package layout of this checkout
+    try:  # checkpoints below decoding, as in this checkout
+        from attn_cli.checkpoint import load_checkpoint
+        from attn_cli.decoding.translate import translate_sentences
+    except ImportError:  # the layout before it: checkpoints in the training package
         from attn_cli.decoding.translate import translate_sentences
         from attn_cli.training.checkpoint import load_checkpoint
-    except ImportError:  # the flat layout that came before it
-        from attn_cli.checkpoint import load_checkpoint
-        from attn_cli.translate import translate_sentences
     import torch
 
     import attn_cli
@@ -107,8 +107,8 @@ class Scorer:
         sys.path.insert(0, str(REPO))
         import torch
 
+        from attn_cli.checkpoint import load_checkpoint
         from attn_cli.decoding.hypothesis import length_penalty
-        from attn_cli.training.checkpoint import load_checkpoint
         from attn_cli.vocab import BOS_ID, EOS_ID
 
         self.torch, self.length_penalty, self.bos, self.eos = torch, length_penalty, BOS_ID, EOS_ID

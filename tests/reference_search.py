@@ -32,7 +32,7 @@ def reference_beam_search(
     model = Ensemble.of(model)
     src = src_row[None]
     encoded = model.encode(src)
-    limit = int(output_limits(model.max_target_positions, src, max_len_a, max_len_b, len(prefix))[0])
+    limit = int(output_limits(model.max_target_tokens, src, max_len_a, max_len_b, len(prefix))[0])
     beam = [(list(prefix), 0.0)]  # (tokens so far, summed log-probability)
     finished: list[Hypothesis] = []
     for step in range(limit + 1):

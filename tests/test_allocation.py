@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 import torch
 
+from attn_cli import device as allocation
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
+from attn_cli.device import ModelSizeError, allocate_model
 from attn_cli.model import build_model
-from attn_cli.training import allocation
-from attn_cli.training.allocation import ModelSizeError, allocate_model
 
 SMALL = ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=2)
 
@@ -53,8 +53,8 @@ def test_an_allocation_that_fails_anyway_is_one_line(monkeypatch):
 
 
 def test_a_checkpoint_that_describes_a_model_too_large_is_refused_in_one_line(tmp_path):
+    from attn_cli.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
     from attn_cli.data.tokenizer import train_tokenizers
-    from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
     cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=SMALL)
     tokenizers = train_tokenizers(

@@ -5,11 +5,10 @@ import dataclasses
 import torch
 from conftest import small_model
 
+from attn_cli.checkpoint import average_checkpoints, average_state_dicts, load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data.tokenizer import train_tokenizers
 from attn_cli.paths import RunPaths
-from attn_cli.training.average import average_checkpoints, average_state_dicts
-from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_floating_entries_are_averaged_and_integer_buffers_come_from_the_newest():

@@ -137,13 +137,13 @@ def test_console_script_shows_help_with_examples():
 
 
 def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
-    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.checkpoint import load_checkpoint
     from attn_cli.training.trainer import Trainer
 
     real_step = Trainer.train_step
 
     def interrupted_at_step_7(self, batch):
-        if self.step == 7:
+        if self.state.step == 7:
             raise KeyboardInterrupt
         return real_step(self, batch)
 
@@ -180,8 +180,8 @@ def varied_checkpoint(trained_run, tmp_path_factory):
     weights give each input its own output."""
     import torch
 
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
     from attn_cli.model import build_model
-    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(trained_run / "checkpoints" / "best.pt")
     torch.manual_seed(0)
@@ -267,7 +267,7 @@ def test_bad_decode_flags_are_one_line_naming_the_flags(varied_checkpoint):
 
 
 def test_attention_out_matches_the_translation_tokens(varied_checkpoint, tmp_path):
-    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(varied_checkpoint)
     layers, heads = loaded.config.model.decoder_layers, loaded.config.model.num_heads
@@ -304,7 +304,7 @@ def torch_tensor(values):
 
 
 def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoint):
-    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.checkpoint import load_checkpoint
 
     plain = translate_ok(varied_checkpoint, SENTENCES[1])
     shown = translate_ok(varied_checkpoint, "--show-attention", SENTENCES[1])
@@ -342,7 +342,7 @@ def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, vari
     # A config asking for 2 translations per input must not clash with --beam 1: eval scores the best.
     import dataclasses
 
-    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(varied_checkpoint)
     config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, n_best=2))
@@ -392,10 +392,10 @@ def test_translate_with_a_prefix_begins_every_translation_with_it(varied_checkpo
 @pytest.fixture(scope="module")
 def foreign_checkpoint(varied_checkpoint, tmp_path_factory):
     """The varied checkpoint's config with a tokenizer of its own, trained on made-up words."""
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
     from attn_cli.config import TokenizerConfig
     from attn_cli.data.tokenizer import Tokenizers, train_sentencepiece
     from attn_cli.model import build_model
-    from attn_cli.training.checkpoint import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(varied_checkpoint)
     words = [a + b + c for a in "abcdefghij" for b in "abcdefghij" for c in "abcdefghij"]
@@ -518,7 +518,7 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
             "-c",
             (
                 "import sys, time; from attn_cli.paths import RunPaths\n"
-                "from attn_cli.training.run_lock import run_directory_lock\n"
+                "from attn_cli.training.guards import run_directory_lock\n"
                 "with run_directory_lock(RunPaths.of(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"
             ),
             str(tmp_path),
@@ -537,7 +537,7 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
         holder.kill()
         holder.wait()
     from attn_cli.paths import RunPaths
-    from attn_cli.training.run_lock import run_directory_lock
+    from attn_cli.training.guards import run_directory_lock
 
     with run_directory_lock(RunPaths.of(tmp_path)):  # the kernel released the dead holder's lock
         pass
@@ -633,7 +633,7 @@ def test_a_refusal_in_the_moment_before_the_holder_writes_its_pid_still_names_it
 
     from attn_cli.config import ConfigError
     from attn_cli.paths import RunPaths
-    from attn_cli.training.run_lock import run_directory_lock
+    from attn_cli.training.guards import run_directory_lock
 
     with open(tmp_path / ".lock", "a+", encoding="utf-8") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, its PID not written yet

@@ -85,7 +85,7 @@ def _library_errors():
     places = [
         ("attn_cli.data.corpus", "DataError"),
         ("attn_cli.data.tokenizer", "TokenizerError"),
-        ("attn_cli.training.checkpoint", "CheckpointError"),
+        ("attn_cli.checkpoint", "CheckpointError"),
         ("attn_cli.training.step", "TrainingDiverged"),
         ("attn_cli.config", "ConfigError"),
     ]

@@ -165,7 +165,7 @@ def test_overrides_parse_exponents_and_reject_broken_yaml(tmp_path):
 
 
 def test_device_option_is_checked_with_its_name():
-    from attn_cli.training.setup import resolve_device
+    from attn_cli.device import resolve_device
 
     with pytest.raises(ConfigError, match="--device: 'gpu' is not a device"):
         resolve_device("gpu", "--device")

@@ -17,10 +17,10 @@ from conftest import REPO, small_model
 from attn_cli.config import load_config
 from attn_cli.data.batching import Example, collate
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
+from attn_cli.training.guards import TrainingInterrupted
 from attn_cli.training.precision import resolve_precision
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
-from attn_cli.training.signals import TrainingInterrupted
 from attn_cli.training.step import TrainingObjective, TrainingStep
 from attn_cli.training.trainer import Trainer
 
@@ -117,14 +117,14 @@ def _worker(rank, port, out):
         torch.save({"parameters": parameters, "loss": loss}, out / f"sgd-rank{rank}.pt")
 
         trainer = run_trainer(tiny_config(out / "equivalence", EQUIVALENCE), ranks)
-        torch.save(parameters_of(trainer.model), out / f"equivalence-rank{rank}.pt")
+        torch.save(parameters_of(trainer.setup.model), out / f"equivalence-rank{rank}.pt")
 
         run_trainer(tiny_config(out / "straight", [*RESUME, "train.max_steps=8"]), ranks)
 
         real_step = Trainer.train_step
 
         def terminated_during_step_3(self, batches):
-            if self.step == 2 and rank == 1:  # a signal to one process only must stop both
+            if self.state.step == 2 and rank == 1:  # a signal to one process only must stop both
                 os.kill(os.getpid(), signal.SIGTERM)
             return real_step(self, batches)
 
@@ -163,7 +163,7 @@ def _worker(rank, port, out):
             )
         finally:
             Trainer.validation_loss = real_loss
-        torch.save({"step": trainer.step}, out / f"early-rank{rank}.pt")
+        torch.save({"step": trainer.state.step}, out / f"early-rank{rank}.pt")
 
 
 def free_port():
@@ -206,8 +206,8 @@ def test_two_processes_train_identical_weights_equal_to_one_process(
 
     monkeypatch.chdir(REPO)
     single = run_trainer(tiny_config(tmp_path / "single", EQUIVALENCE))
-    assert single.step == 4
-    for name, tensor in parameters_of(single.model).items():
+    assert single.state.step == 4
+    for name, tensor in parameters_of(single.setup.model).items():
         torch.testing.assert_close(
             without_key_bias(name, rank0[name]), without_key_bias(name, tensor), rtol=1e-5, atol=1e-6, msg=name
         )
@@ -278,9 +278,8 @@ def test_each_process_reads_only_its_own_sentences_of_each_batch(tmp_path):
         shares = []
         for rank in range(WORLD_SIZE):
             Recorded.read = []
-            trainer = SimpleNamespace(
-                ranks=Ranks(rank=rank, world_size=WORLD_SIZE), _epoch_examples=recorded, device=CPU
-            )
+            setup = SimpleNamespace(ranks=Ranks(rank=rank, world_size=WORLD_SIZE), device=CPU)
+            trainer = SimpleNamespace(setup=setup, _epoch_examples=recorded)
             batch = Trainer._local_batch(trainer, positions)
             assert batch.indices == Recorded.read  # what the batch holds is what was read
             shares.append(set(Recorded.read))

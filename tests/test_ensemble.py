@@ -5,10 +5,11 @@ import torch
 from conftest import lively_model, random_source, small_model
 from reference_search import reference_beam_search
 
+from attn_cli.checkpoint import require_shared_tokenizers
 from attn_cli.config import TokenizerConfig
 from attn_cli.data.tokenizer import Tokenizers, train_sentencepiece
 from attn_cli.decoding.beam import beam_search
-from attn_cli.decoding.ensemble import Ensemble, require_shared_tokenizers
+from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.greedy import greedy_search
 from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, PAD_ID

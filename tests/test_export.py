@@ -134,7 +134,7 @@ def post_ln_run(tmp_path_factory):
 def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, request, which):
     """Scores too, and beam search: on a trained model padding and BOS have no probability left,
     so CTranslate2's suppressing them changes nothing (on random weights it renormalises)."""
-    from attn_cli.training.checkpoint import load_checkpoint
+    from attn_cli.checkpoint import load_checkpoint
 
     run = request.getfixturevalue(which)
     loaded = load_checkpoint(run / "checkpoints" / "best.pt")

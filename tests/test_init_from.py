@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import REPO
 
+from attn_cli.checkpoint import load_checkpoint
 from attn_cli.config import ConfigError, load_config
 from attn_cli.data.batching import collate, token_batches
-from attn_cli.training.checkpoint import load_checkpoint
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
 
@@ -37,7 +37,7 @@ def test_a_fine_tuned_run_starts_from_exactly_the_checkpoint_with_a_new_optimize
     with torch.no_grad():  # step 0: the same function as the checkpoint's model
         assert torch.equal(setup.model(batch.src, batch.tgt_in), base.model(batch.src, batch.tgt_in))
     assert setup.optimizer.state_dict()["state"] == {}, "a new optimizer: no moments carried over"
-    assert setup.scheduler.last_epoch == 0 and setup.position.step == 0
+    assert setup.scheduler.last_epoch == 0 and setup.state.step == 0
     assert setup.scheduler.get_last_lr()[0] < cfg.train.lr, "its own warmup starts again from a small rate"
 
 

@@ -4,7 +4,7 @@ its joined text tokenizes to, and the draw depends on (seed, epoch) alone."""
 import numpy as np
 import pytest
 
-from attn_cli.data.joining import JoinSettings, join_epoch, plan_groups, separator
+from attn_cli.data.joining import JoinSettings, join_epoch, plan_groups
 from attn_cli.data.prepared import TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
 
@@ -17,11 +17,6 @@ SETTINGS = JoinSettings(
 def base_and_tokenizers(trained_run):
     entries = [entry for entry in (trained_run / "data" / "prepared").iterdir() if entry.is_dir()]
     return TokenizedPairs.open(entries[0]), Tokenizers.load(trained_run / "tokenizer")
-
-
-def test_separator_follows_the_language():
-    assert separator("zh") == separator("zh-Hans") == separator("ja_JP") == separator("th") == ""
-    assert separator("en") == separator("de-CH") == separator("fr") == " "
 
 
 def test_groups_are_disjoint_sized_and_within_the_limits():

@@ -1,5 +1,5 @@
-"""The package's layers import one way (config -> data -> model -> decoding -> training -> export -> doctor -> cli), and
-no module imports itself back through others."""
+"""The package's layers import one way (config -> data -> model -> checkpoint -> decoding -> export and training
+-> doctor -> cli), no module imports itself back through others, and inference stands without training."""
 
 import ast
 from pathlib import Path
@@ -7,17 +7,20 @@ from pathlib import Path
 import attn_cli
 
 PACKAGE = Path(attn_cli.__file__).parent
-FOUNDATION = {"config", "paths", "errors", "files", "vocab"}
+FOUNDATION = {"config", "paths", "errors", "files", "vocab", "languages"}
+# Loading a model, below every use of one: checkpoints, and the device a model is built on.
+CHECKPOINT = {"checkpoint", "device"}
 # What each layer may import of attn_cli, besides itself and the foundation modules.
 ALLOWED = {
     "foundation": set(),
     "data": set(),
     "model": set(),
+    "checkpoint": {"data", "model"},
     "decoding": {"data", "model"},
-    "training": {"data", "model", "decoding"},
-    "export": {"data", "model", "decoding", "training"},
-    "doctor": {"data", "model", "decoding", "training"},
-    "cli": {"data", "model", "decoding", "training", "export", "doctor"},
+    "export": {"data", "model", "checkpoint", "decoding"},
+    "training": {"data", "model", "checkpoint", "decoding"},
+    "doctor": {"data", "model", "checkpoint", "decoding", "training"},
+    "cli": {"data", "model", "checkpoint", "decoding", "export", "training", "doctor"},
 }
 
 
@@ -48,6 +51,8 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in FOUNDATION:
         return "foundation"
+    if parts[1] in CHECKPOINT:
+        return "checkpoint"
     assert parts[1] in ALLOWED, f"{module} belongs to no layer: add it to FOUNDATION or ALLOWED"
     return parts[1]
 
@@ -106,3 +111,38 @@ def test_no_module_imports_itself_back_through_others():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+# Inference: what translating, scoring and exporting a trained model runs, and what a server or a
+# notebook that only translates imports.
+INFERENCE = [
+    "attn_cli.checkpoint",
+    "attn_cli.device",
+    "attn_cli.cli.translate",
+    "attn_cli.cli.eval",
+    "attn_cli.cli.export",
+    "attn_cli.cli.translator",
+]
+
+
+def _reachable(start: str, graph: dict[str, set[str]]) -> dict[str, str]:
+    """Every module `start` imports, directly or through others, each with the module that imports it."""
+    found, todo = {}, [start]
+    while todo:
+        module = todo.pop()
+        for target in graph.get(module, ()):
+            if target not in found and target != start:
+                found[target] = module
+                todo.append(target)
+    return found
+
+
+def test_inference_imports_nothing_of_training():
+    graph = _graph()
+    starts = INFERENCE + sorted(m for m in graph if m.startswith(("attn_cli.decoding", "attn_cli.export")))
+    wrong = []
+    for start in starts:
+        for target, importer in _reachable(start, graph).items():
+            if target.startswith("attn_cli.training"):
+                wrong.append(f"{start} reaches {target} (imported by {importer})")
+    assert not wrong, "\n".join(wrong)

@@ -5,7 +5,7 @@ import sys
 import types
 
 from attn_cli.paths import RunPaths
-from attn_cli.training.metrics_log import MetricsLog
+from attn_cli.training.progress import MetricsLog
 
 METRICS = {"step": 500, "epoch": 2, "elapsed": 61.0, "valid_loss": 2.5, "valid_ppl": 12.2, "valid_bleu": 20.1}
 
@@ -57,7 +57,7 @@ def test_with_tensorboard_validation_and_training_scalars_are_written(tmp_path, 
 
 def test_a_line_that_fails_halfway_is_cut_back_off(tmp_path, monkeypatch):
     from attn_cli.files import WriteError
-    from attn_cli.training import metrics_log
+    from attn_cli.training import progress as metrics_log
 
     log = MetricsLog(RunPaths.of(tmp_path))
     log.validation({"step": 10, "valid_loss": 3.0})

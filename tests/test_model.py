@@ -105,7 +105,7 @@ def test_causal_mask_shape_and_polarity():
 
 
 def test_checkpoints_with_separate_q_k_v_matrices_load_into_the_fused_projections():
-    from attn_cli.training.checkpoint import _fuse_attention_projections
+    from attn_cli.checkpoint import _fuse_attention_projections
 
     model = small_model()
     separate = {}

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 from attn_cli.config import ConfigError, load_config
-from attn_cli.training.resume import resume_config
+from attn_cli.training.state import resume_config
 
 # Dropout on, so the resumed run must also continue the random number streams; two batches per
 # update, so the position inside the epoch counts batches, not steps; pairs joined, so each epoch's
@@ -163,7 +163,7 @@ def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, t
     real_step = Trainer.train_step
 
     def terminated_during_step_8(self, batches):
-        if self.step == 7:  # the signal lands mid-update; the update still completes
+        if self.state.step == 7:  # the signal lands mid-update; the update still completes
             os.kill(os.getpid(), signal.SIGTERM)
         return real_step(self, batches)
 

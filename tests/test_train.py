@@ -7,11 +7,11 @@ import pytest
 import torch
 from conftest import small_model
 
+from attn_cli.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
 from attn_cli.data.batching import Example, collate
 from attn_cli.data.tokenizer import train_tokenizers
 from attn_cli.decoding.greedy import greedy_decode
-from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.training.loss import label_smoothed_loss
 from attn_cli.training.setup import inverse_sqrt_schedule
 from attn_cli.vocab import PAD_ID
@@ -139,7 +139,7 @@ def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
 
 
 def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
-    from attn_cli.training import checkpoint as checkpoint_module
+    from attn_cli import checkpoint as checkpoint_module
 
     cfg = Config(
         data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
@@ -206,8 +206,8 @@ def _chained(error: Exception, cause: Exception) -> Exception:
     ],
 )
 def test_a_full_disk_is_one_line_that_names_the_file_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, failure):
+    from attn_cli import checkpoint as checkpoint_module
     from attn_cli.files import WriteError
-    from attn_cli.training import checkpoint as checkpoint_module
 
     cfg, tokenizers, model = _tiny_checkpoint_parts()
     path = tmp_path / "last.pt"
@@ -334,7 +334,7 @@ def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_p
 
 
 def test_only_a_failed_allocation_counts_as_out_of_memory():
-    from attn_cli.training.out_of_memory import is_out_of_memory
+    from attn_cli.training.memory import is_out_of_memory
 
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
     assert is_out_of_memory(RuntimeError(CPU_ALLOCATOR_FAILURE))

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import lively_model, random_source
 
+from attn_cli.checkpoint import load_checkpoint
 from attn_cli.cli.translator import decode_options
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate
@@ -23,7 +24,6 @@ from attn_cli.decoding.greedy import greedy_search, sampler
 from attn_cli.decoding.io import stdin_batches
 from attn_cli.decoding.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
 from attn_cli.errors import UserError
-from attn_cli.training.checkpoint import load_checkpoint
 
 # Lengths differ and the longest comes first, so length-sorted batches reorder them; two are empty.
 SENTENCES = [
@@ -187,7 +187,7 @@ def test_a_long_input_is_split_and_each_part_translated_as_if_alone(tokenizers):
     model = _model(tokenizers)
     options = DecodeConfig(beam_size=1, **SHORT)
     ids = tokenizers.source.encode([LONG])[0]
-    for target_language, joiner in (("zh", ""), ("en", " ")):
+    for target_language, joiner in (("zh", ""), ("zh-CN", ""), ("ZH_Hans", ""), ("bo", ""), ("en", " ")):
         long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 6, target_language)
         assert [i for part in long.parts for i in part] == ids
         assert len(long.parts) > 2 and all(len(part) <= 6 for part in long.parts)

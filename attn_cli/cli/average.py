@@ -30,7 +30,7 @@ def average(
 
       attn average --run runs/en-zh --last 5 --output avg.pt && attn eval --checkpoint avg.pt
     """
-    from attn_cli.training.average import average_checkpoints  # torch: imported when run, not for --help
+    from attn_cli.checkpoint import average_checkpoints  # torch: imported when run, not for --help
 
     paths = RunPaths.of(run if run is not None else default_run_dir())
     found = paths.step_checkpoints()

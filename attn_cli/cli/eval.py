@@ -8,26 +8,14 @@ from typing import List, Optional
 
 import typer
 
+from attn_cli.cli import translator as decoding
 from attn_cli.cli.common import DeviceOption, tell
-from attn_cli.cli.translator import (
-    BatchSizeOption,
-    BeamOption,
-    CheckpointsOption,
-    LengthPenaltyOption,
-    ModelOption,
-    NoRepeatNgramOption,
-    NoStutterOption,
-    RunsOption,
-    ThreadsOption,
-    Translator,
-    decode_options,
-    load_for_decoding,
-)
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
 
 
+@decoding.decoding_flags("beam_size", "length_penalty", "no_repeat_ngram", "no_stutter", "max_tokens")
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
     by_length: bool = typer.Option(
@@ -36,18 +24,14 @@ def evaluate(
         help="Also a table by source length (words: <= 8, 9-15, "
         "> 15): BLEU, chrF, length ratio, stutter rate against the references', U+FFFD count.",
     ),
-    run: Optional[List[Path]] = RunsOption,
-    checkpoint: Optional[List[Path]] = CheckpointsOption,
-    model: Optional[Path] = ModelOption,
+    run: Optional[List[Path]] = decoding.RunsOption,
+    checkpoint: Optional[List[Path]] = decoding.CheckpointsOption,
+    model: Optional[Path] = decoding.ModelOption,
     src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
-    beam: Optional[int] = BeamOption,
-    length_penalty: Optional[float] = LengthPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    no_stutter: Optional[bool] = NoStutterOption,
-    batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
-    threads: Optional[int] = ThreadsOption,
+    threads: Optional[int] = decoding.ThreadsOption,
+    **decode_flags: object,
 ) -> None:
     """Translate a test set and score it with sacreBLEU (BLEU and chrF, with signatures).
 
@@ -71,16 +55,11 @@ def evaluate(
 
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    flags = {
-        "beam_size": beam,
-        "length_penalty": length_penalty,
-        "max_tokens": batch_size,
-        "no_repeat_ngram": no_repeat_ngram,
-        "no_stutter": no_stutter,
-    }
+    loaded = decoding.load_for_decoding(run or [], checkpoint or [], model, device, threads)
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
-    translator = Translator(loaded, decode_options(dataclasses.replace(loaded.config.decode, n_best=1), flags))
+    translator = decoding.Translator(
+        loaded, decoding.decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags)
+    )
     cfg = loaded.config
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;

@@ -36,9 +36,9 @@ def export(
       attn translate --model exported/en-zh-int8 "I love machine learning"
     """
     # torch and ctranslate2: imported when run, not for --help
+    from attn_cli.checkpoint import find_checkpoint, load_checkpoint
     from attn_cli.export.convert import export as export_model
     from attn_cli.export.convert import import_ctranslate2
-    from attn_cli.training.checkpoint import find_checkpoint, load_checkpoint
 
     import_ctranslate2()  # before any work: without it, say how to install it
     path = find_checkpoint(run, checkpoint)

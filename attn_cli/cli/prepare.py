@@ -35,7 +35,7 @@ def prepare(
     """
     # sentencepiece, numpy and the corpus readers: imported when run, not for --help
     from attn_cli.data.prepare import tokenizers_and_data
-    from attn_cli.training.run_lock import run_directory_lock
+    from attn_cli.training.guards import run_directory_lock
 
     cfg = load_config(config, set_ or [])
     started = time.perf_counter()

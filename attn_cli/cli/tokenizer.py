@@ -25,7 +25,7 @@ def tokenizer(
     """
     # sentencepiece and datasets: imported when run, not for --help
     from attn_cli.data.prepare import read_split, train_or_load_tokenizers, write_splits
-    from attn_cli.training.run_lock import run_directory_lock
+    from attn_cli.training.guards import run_directory_lock
 
     cfg = load_config(config, set_ or [])
     with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet

@@ -14,17 +14,13 @@ import typer
 
 from attn_cli.cli.common import DeviceOption, stderr, tell
 from attn_cli.cli.translator import (
-    BatchSizeOption,
-    BeamOption,
     CheckpointsOption,
-    LengthPenaltyOption,
     ModelOption,
-    NoRepeatNgramOption,
-    NoStutterOption,
     RunsOption,
     ThreadsOption,
     Translator,
     decode_options,
+    decoding_flags,
     load_for_decoding,
 )
 from attn_cli.errors import UserError
@@ -66,6 +62,21 @@ class Inspection:
         return self.show or self.output is not None
 
 
+@decoding_flags(
+    "beam_size",
+    "n_best",
+    "length_penalty",
+    "no_repeat_ngram",
+    "no_stutter",
+    "max_len_a",
+    "max_len_b",
+    "sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "max_tokens",
+)
 def translate(
     text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate; none reads stdin, one per line."),
     run: Optional[List[Path]] = RunsOption,
@@ -100,31 +111,6 @@ def translate(
         help="text: one line per input (with --n-best: input<TAB>score<TAB>text); "
         "jsonl: source, translations, scores and tokens.",
     ),
-    beam: Optional[int] = BeamOption,
-    n_best: Optional[int] = typer.Option(
-        None,
-        "--n-best",
-        "-n",
-        min=1,
-        help="Translations per input (at most --beam; with --sample, the number of samples).",
-    ),
-    length_penalty: Optional[float] = LengthPenaltyOption,
-    no_repeat_ngram: Optional[int] = NoRepeatNgramOption,
-    no_stutter: Optional[bool] = NoStutterOption,
-    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Output limit a * source length + b: the a."),
-    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Output limit a * source length + b: the b."),
-    sample: Optional[bool] = typer.Option(
-        None, "--sample/--no-sample", help="Sample each next token instead of searching."
-    ),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sample: <1 sharper, >1 flatter."),
-    top_k: Optional[int] = typer.Option(
-        None, "--top-k", help="With --sample: only the k most likely tokens (0 = all)."
-    ),
-    top_p: Optional[float] = typer.Option(
-        None, "--top-p", help="With --sample: the smallest set of tokens with probability >= p."
-    ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="With --sample: a seed for repeatable samples."),
-    batch_size: Optional[int] = BatchSizeOption,
     device: str = DeviceOption,
     threads: Optional[int] = ThreadsOption,
     show_attention: bool = typer.Option(
@@ -141,6 +127,7 @@ def translate(
         "--attention-out",
         help="Save every layer and head of all three attentions: JSON, or a heatmap if the name ends in .png.",
     ),
+    **decode_flags: object,
 ) -> None:
     """Translate sentences with a trained model: beam search (or greedy, or sampling) with a KV cache.
 
@@ -180,22 +167,7 @@ def translate(
     lines = read_lines(input_file) if input_file else None
     prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    flags = {
-        "beam_size": beam,
-        "n_best": n_best,
-        "length_penalty": length_penalty,
-        "max_len_a": max_len_a,
-        "max_len_b": max_len_b,
-        "max_tokens": batch_size,
-        "sample": sample,
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "seed": seed,
-        "no_repeat_ngram": no_repeat_ngram,
-        "no_stutter": no_stutter,
-    }
-    translator = Translator(loaded, decode_options(loaded.config.decode, flags))
+    translator = Translator(loaded, decode_options(loaded.config.decode, decode_flags))
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
     if inspection.wanted and translator.exported:
         raise UserError(

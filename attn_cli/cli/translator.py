@@ -5,24 +5,26 @@ flags' help answers at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from attn_cli.cli.common import stderr
+from attn_cli.cli.common import Command, stderr
 from attn_cli.config import Config, ConfigError, DecodeConfig
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
+    from attn_cli.checkpoint import Checkpoint
     from attn_cli.data.tokenizer import Tokenizers
     from attn_cli.decoding.ensemble import Ensemble
     from attn_cli.decoding.translate import Translation
     from attn_cli.export.exported import ExportedModel
     from attn_cli.model import Transformer
-    from attn_cli.training.checkpoint import Checkpoint
 
 # --run and --checkpoint of both commands: repeated, they name the members of an ensemble.
 RunsOption = typer.Option(
@@ -37,26 +39,32 @@ CheckpointsOption = typer.Option(
     help="Checkpoint file (default: RUN/checkpoints/best.pt). "
     "Repeat to decode with an ensemble: --checkpoint a.pt --checkpoint b.pt.",
 )
-# Decoding flags of both commands; None leaves the checkpoint's config value.
-BeamOption = typer.Option(
-    None, "--beam", "-b", min=1, help="Beam size; 1 is greedy decoding (config: decode.beam_size)."
-)
-LengthPenaltyOption = typer.Option(None, "--length-penalty", help="GNMT length penalty alpha; 0 turns it off.")
-NoRepeatNgramOption = typer.Option(
-    None,
-    "--no-repeat-ngram",
-    min=0,
-    help="Forbid any token n-gram of this size "
-    "twice in one output, e.g. 3 (curbs stutter); 0 turns it off (config: decode.no_repeat_ngram).",
-)
-NoStutterOption = typer.Option(
-    None,
-    "--no-stutter/--allow-stutter",
-    help="Forbid a unit of 1-4 characters three "
-    "times in a row in an output (叔叔叔, 一座一座一座; digits and spaces may repeat) "
-    "(config: decode.no_stutter).",
-)
-BatchSizeOption = typer.Option(None, "--batch-size", min=1, help="Token budget of one decoding batch (source tokens).")
+
+
+def decoding_flags(*keys: str) -> Callable[[Command], Command]:
+    """A command that takes these decoding options (attn_cli/decoding/options.py) as flags, each
+    given to its `**decode_flags` by its decode key, None when not given (the checkpoint's config
+    value stays). Typer reads a command's flags from its signature, so they join the signature
+    here, made from the one declaration of the options: their names, help, types and ranges."""
+    from attn_cli.decoding.options import OPTIONS_BY_KEY
+
+    types = typing.get_type_hints(DecodeConfig)
+
+    def add_flags(command: Command) -> Command:
+        signature = inspect.signature(command)
+        kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        flags = []
+        for key in keys:
+            option = OPTIONS_BY_KEY[key]
+            default = typer.Option(None, *option.flags, min=option.minimum, help=option.help)
+            annotation = Optional[types[key]]
+            flags.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        command.__signature__ = signature.replace(parameters=kept + flags)
+        return command
+
+    return add_flags
+
+
 ModelOption = typer.Option(
     None, "--model", "-m", help="A model directory written by `attn export` (decoded by CTranslate2)."
 )
@@ -69,35 +77,16 @@ ThreadsOption = typer.Option(
     "torch's choice), CTranslate2's intra-op threads for --model (default 1).",
 )
 
-# The flag of each `decode` setting a command can override.
-DECODE_FLAGS = {
-    "beam_size": "--beam",
-    "n_best": "--n-best",
-    "length_penalty": "--length-penalty",
-    "max_len_a": "--max-len-a",
-    "max_len_b": "--max-len-b",
-    "max_tokens": "--batch-size",
-    "sample": "--sample",
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "seed": "--seed",
-    "no_repeat_ngram": "--no-repeat-ngram",
-    "no_stutter": "--no-stutter",
-}
-
 
 def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConfig:
     """The checkpoint's decode settings with the flags the user gave (None = not given). A problem
     names this command's flags, not config keys: "--n-best: 4 is more than --beam=2"."""
-    from attn_cli.decoding.translate import override_decode
+    from attn_cli.decoding.options import flag_names, override_decode
 
     try:
         return override_decode(decode, flags)
     except ConfigError as error:
-        # "decode": None: a problem of the whole section ("max_len_a=... and max_len_b=...") has no prefix.
-        names = {"decode": None, **{f"decode.{setting}": DECODE_FLAGS[setting] for setting in flags}}
-        raise UserError(error.describe(names)) from None
+        raise UserError(error.describe(flag_names())) from None
 
 
 @dataclass
@@ -135,7 +124,7 @@ class Loaded:
     def max_source_tokens(self) -> int:
         """The longest source every model takes: the source's EOS takes one position."""
         configs = [self.exported.config] if self.exported is not None else [c.config for c in self.checkpoints]
-        return min(config.model.max_positions for config in configs) - 1
+        return min(config.model.max_sequence_tokens for config in configs)
 
 
 def load_for_decoding(
@@ -146,9 +135,8 @@ def load_for_decoding(
     one tokenizer are refused: their token ids mean different pieces."""
     import torch
 
-    from attn_cli.decoding.ensemble import require_shared_tokenizers
-    from attn_cli.training.checkpoint import load_checkpoint
-    from attn_cli.training.setup import resolve_device
+    from attn_cli.checkpoint import load_checkpoint, require_shared_tokenizers
+    from attn_cli.device import resolve_device
 
     resolved = resolve_device(device, "--device")
     if model is None:
@@ -167,8 +155,8 @@ def load_for_decoding(
         )
     from attn_cli.export.exported import load_exported
 
-    # One thread unless told: CTranslate2's 2-thread mode ran 1.1 to 15 times slower than its single
-    # thread on the 2-core development machine (docs/benchmarks.md), never faster there.
+    # One thread unless told: on small CPUs CTranslate2's intra-op threads slowed it down rather than
+    # sped it up (docs/benchmarks.md).
     return Loaded(
         [model], exported=load_exported(model, f"{resolved.type}:{resolved.index or 0}", threads=threads or 1)
     )
@@ -177,7 +165,7 @@ def load_for_decoding(
 def _checkpoint_paths(runs: Sequence[Path], checkpoints: Sequence[Path]) -> list[Path]:
     """Each --checkpoint when there are any (one --run beside them names only eval's test split, as
     before ensembles), else the best checkpoint of each --run, else the default run's."""
-    from attn_cli.training.checkpoint import find_checkpoint
+    from attn_cli.checkpoint import find_checkpoint
 
     if checkpoints and len(runs) > 1:
         raise UserError(
@@ -204,32 +192,28 @@ class Translator:
         """Translations of `sentences`, each beginning with its prefix when `prefixes` are given."""
         from attn_cli.decoding.translate import translate_sentences
 
-        loaded = self.loaded
-        target_language = loaded.config.data.tgt_lang
-        if loaded.exported is not None:
+        loaded, exported, search = self.loaded, self.loaded.exported, None
+        if exported is not None:
             if prefixes is not None and any(prefix.strip() for prefix in prefixes):
                 raise UserError(
                     "a prefix needs a checkpoint: attn forces prefixes in its own search, not "
                     "CTranslate2's; use --run or --checkpoint instead of --model"
                 )
-            return translate_sentences(
-                None,
-                loaded.tokenizers,
-                sentences,
-                self.options,
-                loaded.max_source_tokens,
-                target_language,
-                on_batch,
-                search=lambda src: loaded.exported.search(src, self.options),
-            )
+            prefixes = None
+
+            def search(src):
+                return exported.search(src, self.options)
+
+        model = loaded.model if exported is None else None
         return translate_sentences(
-            loaded.model,
+            model,
             loaded.tokenizers,
             sentences,
             self.options,
             loaded.max_source_tokens,
-            target_language,
+            loaded.config.data.tgt_lang,
             on_batch,
+            search=search,
             prefixes=prefixes,
         )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn_cli.config import derived_seed
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -110,7 +111,7 @@ def token_batches(
     count = len(src_lengths)
     if not count:
         return []
-    rng = random.Random(seed * 1000003 + epoch)
+    rng = random.Random(derived_seed(seed, epoch))
     tie_break = np.fromiter((rng.random() for _ in range(count)), np.float64, count) if shuffle else np.arange(count)
     order = np.lexsort((tie_break, tgt_lengths, src_lengths))  # by source length, then target length, then tie
     batches = np.split(order, _cut_points(np.maximum(src_lengths, tgt_lengths)[order], max_tokens))

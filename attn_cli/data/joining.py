@@ -23,15 +23,8 @@ from attn_cli.data.batching import Example, within_length_limits
 from attn_cli.data.prepared import TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
 
-# Languages written without spaces between sentences (ISO 639-1); their joined targets have no separator.
-UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 _JOIN_STREAM = 0x4A4F494E  # keeps the join draw apart from every other use of (seed, epoch)
 _CHUNK = 20_000  # groups joined and tokenized at a time
-
-
-def separator(language: str) -> str:
-    """What goes between two joined sentences of `language` (a code such as zh, zh-Hans or en_US)."""
-    return "" if language.replace("_", "-").split("-")[0].lower() in UNSPACED_LANGUAGES else " "
 
 
 @dataclass(frozen=True)

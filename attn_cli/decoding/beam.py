@@ -63,7 +63,7 @@ def beam_search(
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
     ensemble = Ensemble.of(model)
     prefix = no_prefix(src) if prefix is None else prefix
-    limits = output_limits(ensemble.max_target_positions, src, max_len_a, max_len_b, prefix.shape[1])
+    limits = output_limits(ensemble.max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
     search = _BeamState(ensemble, src, beam_size, alpha, limits, prefix)
     cache = ensemble.new_cache()
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS

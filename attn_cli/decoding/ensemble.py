@@ -14,9 +14,7 @@ from typing import Optional
 
 import torch
 
-from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.hypothesis import next_token_log_probs
-from attn_cli.errors import UserError
 from attn_cli.model import Encoded, KVCache, Transformer
 
 
@@ -65,9 +63,9 @@ class Ensemble:
         return next(self.models[0].parameters()).device
 
     @property
-    def max_target_positions(self) -> Optional[int]:
-        """The fewest target positions any member can embed; None when none has a limit."""
-        limits = [m.max_target_positions for m in self.models if m.max_target_positions is not None]
+    def max_target_tokens(self) -> Optional[int]:
+        """The fewest output tokens any member can embed; None when none has a limit."""
+        limits = [m.max_target_tokens for m in self.models if m.max_target_tokens is not None]
         return min(limits) if limits else None
 
     def encode(self, src: torch.Tensor) -> EnsembleEncoded:
@@ -104,20 +102,3 @@ class Ensemble:
             return per_model[0]
         # (members, rows, V) -> (rows, V). A token a member rules out (-inf) stays ruled out.
         return torch.stack(per_model).mean(dim=0)
-
-
-def require_shared_tokenizers(named: Sequence[tuple[str, Tokenizers]]) -> None:
-    """Refuse models whose SentencePiece models differ: token ids would mean different pieces, so
-    averaging their distributions would mix unrelated tokens. `named` pairs a name for the user (a
-    checkpoint path) with that model's tokenizers."""
-    (first_name, first), *others = named
-    for name, tokenizers in others:
-        if (tokenizers.source.model_proto, tokenizers.target.model_proto) != (
-            first.source.model_proto,
-            first.target.model_proto,
-        ):
-            raise UserError(
-                f"{first_name} and {name} use different tokenizers, so they cannot decode as an ensemble; "
-                f"ensemble checkpoints that share one (of the same run, or of runs trained with the same "
-                f"tokenizer/ folder)"
-            )

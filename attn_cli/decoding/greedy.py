@@ -87,7 +87,7 @@ def greedy_search(
     ensemble = Ensemble.of(model)
     prefix = no_prefix(src) if prefix is None else prefix
     encoded = ensemble.encode(src)
-    limits = output_limits(ensemble.max_target_positions, src, max_len_a, max_len_b, prefix.shape[1])
+    limits = output_limits(ensemble.max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
     if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
         rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
         encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]

@@ -40,7 +40,7 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
 
 
 def output_limits(
-    max_target_positions: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int, prefix_length: int = 0
+    max_target_tokens: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int, prefix_length: int = 0
 ) -> torch.Tensor:
     """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
     learned target positions end (`max_target_positions`, None for no end; one position is kept
@@ -51,8 +51,8 @@ def output_limits(
     reaches the limit: the output is the prefix and an EOS)."""
     source_lengths = (src != PAD_ID).sum(dim=1) - 1  # the source ends in EOS
     limits = (max_len_a * source_lengths.float()).long() + max_len_b
-    if max_target_positions is not None:
-        limits = limits.clamp(max=max_target_positions - 1)
+    if max_target_tokens is not None:
+        limits = limits.clamp(max=max_target_tokens)
     return (limits - prefix_length).clamp(min=0)
 
 

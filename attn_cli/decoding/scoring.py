@@ -7,6 +7,8 @@ from typing import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from attn_cli.languages import bleu_tokenizer
+
 
 @dataclass(frozen=True)
 class Score:
@@ -18,17 +20,12 @@ class Score:
         return f"{self.name} = {self.score:.2f}  ({self.signature})"
 
 
-def bleu_tokenizer_for(language: str) -> str:
-    """sacreBLEU's own recommendations: character-level for Chinese, 13a otherwise."""
-    return {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}.get(language, "13a")
-
-
 def score_translations(hypotheses: Sequence[str], references: Sequence[str], target_language: str) -> list[Score]:
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up line by line"
         )
-    bleu = BLEU(tokenize=bleu_tokenizer_for(target_language))
+    bleu = BLEU(tokenize=bleu_tokenizer(target_language))
     chrf = CHRF()
     refs = [list(references)]
     bleu_score = bleu.corpus_score(list(hypotheses), refs)

@@ -8,14 +8,14 @@ decode the same way, with the `decode` section of the config.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
+from attn_cli import languages
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate, token_batches
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
@@ -31,8 +31,6 @@ from attn_cli.vocab import PAD_ID
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
 _BOUNDARY_ENDINGS = tuple(".!?;:,。！？；：，")
-# Languages written without spaces between words, where the parts of a split input join directly.
-_UNSPACED_LANGUAGES = {"zh", "ja", "th", "lo", "km", "my"}
 
 
 @dataclass
@@ -45,14 +43,6 @@ class Translation:
     outputs: list[list[Hypothesis]] = field(default_factory=list)  # per part, best first
     note: str = ""  # what was done to an input longer than the model takes
     prefix: str = ""  # the target text every translation was forced to begin with
-
-
-def override_decode(decode: DecodeConfig, overrides: Mapping[str, Any]) -> DecodeConfig:
-    """`decode` with the overrides that were given (None keeps the config's value), validated as the
-    config's `decode` section: a ConfigError names the decode.* key at fault."""
-    options = dataclasses.replace(decode, **{key: value for key, value in overrides.items() if value is not None})
-    options.validate("decode")
-    return options
 
 
 def decode_batch(
@@ -230,7 +220,7 @@ def translate_sentences(
     per_input: list[list[list[Hypothesis]]] = [[] for _ in sentences]
     for owner, hypotheses in zip(owners, outputs):
         per_input[owner].append(hypotheses)
-    joiner = "" if target_language in _UNSPACED_LANGUAGES else " "
+    joiner = languages.joiner(target_language)  # between the parts of a split input
     prefixes = prefixes or [""] * len(sentences)
     return [
         _assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best, prefix)
@@ -248,12 +238,12 @@ def _encode_prefixes(
     if len(prefixes) != count:
         raise ValueError(f"{len(prefixes)} prefixes for {count} sentences; give one per sentence")
     ids = tokenizers.target.encode([prefix.strip() for prefix in prefixes])
-    most = Ensemble.of(model).max_target_positions if model is not None else None
+    most = Ensemble.of(model).max_target_tokens if model is not None else None
     for prefix, prefix_ids in zip(prefixes, ids):
-        if most is not None and len(prefix_ids) > most - 1:  # BOS and the prefix must fit the target positions
+        if most is not None and len(prefix_ids) > most:  # the output begins with the prefix
             shown = prefix if len(prefix) <= 40 else prefix[:40] + "…"
             raise UserError(
-                f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most - 1} "
+                f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most} "
                 f"the model can output; shorten it"
             )
     return ids

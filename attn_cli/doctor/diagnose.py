@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from attn_cli.checkpoint import Checkpoint, find_checkpoint, load_checkpoint
 from attn_cli.config import (
     Config,
     ConfigError,
@@ -30,7 +31,6 @@ from attn_cli.doctor.model_checks import model_checks
 from attn_cli.doctor.probes import probe_batch, read_test_pairs
 from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
-from attn_cli.training.checkpoint import Checkpoint, find_checkpoint, load_checkpoint
 
 
 @dataclass
@@ -146,7 +146,6 @@ def _model(subject: Subject) -> list[Check]:
     test = read_test_pairs(
         subject.run.split_file("test", cfg.data.src_lang), subject.run.split_file("test", cfg.data.tgt_lang)
     )
-    longest = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
-    probe = probe_batch(checkpoint.tokenizers, test, longest, f"{subject.run.data_dir}/test")
+    probe = probe_batch(checkpoint.tokenizers, test, cfg.model.position_limit, f"{subject.run.data_dir}/test")
     model = checkpoint.model.float().to("cpu")  # fp32 on the CPU: the comparisons rest on fp32 rounding
     return model_checks(model, probe)

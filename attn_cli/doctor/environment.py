@@ -10,9 +10,9 @@ from typing import Optional
 import torch
 
 from attn_cli.config import Config, ConfigError
+from attn_cli.device import resolve_device
 from attn_cli.doctor.checks import Check
 from attn_cli.training.precision import cpu_bf16_flags, resolve_precision
-from attn_cli.training.setup import resolve_device
 
 SECTION = "environment"
 

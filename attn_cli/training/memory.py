@@ -1,22 +1,27 @@
-"""What one training step holds in memory, estimated from the config before any tensor exists, and
-what to change when it does not fit: shared by `attn doctor` (its memory check) and a training run
-that ran out of memory, so that both give the same advice.
+"""A training step's memory: estimated from the config before any tensor exists, recognised when
+it runs out, and told as one line that says what to change.
 
-The estimate counts the tensors a step keeps: the weights, their gradients and AdamW's two moments
-(fp32), the low-precision copies of the weights autocast makes, the activations each layer keeps for
-backward, the attention weights of every layer, (rows, heads, length, length) each, and the
-workspace of the loss. It leaves out the allocator's slack and the libraries' own workspaces: it
-is an estimate, for the worst batch the config allows (docs/doctor.md has the formula).
+The estimate is shared by `attn doctor` (its memory check) and a training run that ran out of
+memory, so that both give the same advice. It counts the tensors a step keeps: the weights, their
+gradients and AdamW's two moments (fp32), the low-precision copies of the weights autocast makes,
+the activations each layer keeps for backward, the attention weights of every layer, (rows, heads,
+length, length) each, and the workspace of the loss. It leaves out the allocator's slack and the
+libraries' own workspaces: it is an estimate, for the worst batch the config allows
+(docs/doctor.md has the formula).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from attn_cli.config import Config, TrainConfig
+from attn_cli.data.batching import Batch
+from attn_cli.errors import UserError
 from attn_cli.model import build_model
+from attn_cli.paths import RunPaths
 from attn_cli.training.loss import CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS
 
 FP32_BYTES = 4
@@ -181,3 +186,64 @@ def memory_advice(train: TrainConfig) -> str:
 
 def gigabytes(count: int) -> str:
     return f"{count / 2**30:,.2f} GB"
+
+
+# How allocators say it: CUDA's torch.OutOfMemoryError, and the CPU allocator's RuntimeError
+# ("DefaultCPUAllocator: can't allocate memory: ...", "... not enough memory: ...").
+_OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory", "not enough memory")
+
+
+class TrainingOutOfMemory(UserError, MemoryError):
+    """A training step needed more memory than the device has; the message says which batch and what to change."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a failed allocation, rather than a bug that must keep its traceback."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    first_line = str(error).strip().splitlines()[0].lower() if str(error).strip() else ""
+    return isinstance(error, RuntimeError) and any(words in first_line for words in _OUT_OF_MEMORY_WORDS)
+
+
+def describe_batches(batches: Sequence[Batch]) -> str:
+    """The batch (or, for an update of several, the largest) as rows x longest source / target tokens."""
+
+    def size(batch: Batch) -> str:
+        rows, source = batch.src.shape
+        return f"{rows:,} rows x {source:,} source / {batch.tgt_in.shape[1]:,} target tokens"
+
+    if len(batches) == 1:
+        return f"the batch of {size(batches[0])}"
+    largest = max(batches, key=lambda batch: batch.src.numel() + batch.tgt_in.numel())
+    return f"one of the update's {len(batches)} batches (the largest: {size(largest)})"
+
+
+def out_of_memory_message(
+    what_failed: str, device: torch.device, train: TrainConfig, paths: RunPaths, saved_step: int | None
+) -> str:
+    """The line a run that ran out of memory ends with; `saved_step` is the step last.pt was saved
+    at, None when it could not be saved."""
+    saved = (
+        f"last.pt holds the state before it (step {saved_step:,}): {paths.last_checkpoint}"
+        if saved_step is not None
+        else "no checkpoint was saved"
+    )
+    # Gradient checkpointing and precision may change on --resume; the batch size may not (it shapes the data order).
+    resumable = [
+        setting
+        for setting, done in (
+            ("train.gradient_checkpointing=true", train.gradient_checkpointing),
+            ("train.precision=bf16", train.precision in ("bf16", "fp16")),
+        )
+        if not done
+    ]
+    resume = (
+        f"; continue with `attn train --config {paths.config} --resume --set {resumable[0]}`"
+        if resumable and saved_step is not None
+        else ""
+    )
+    return (
+        f"out of memory on {device}: {what_failed} did not fit; {saved}; "
+        f"{memory_advice(train)}{resume} (a smaller train.max_tokens needs a new run_dir); "
+        f"`attn doctor --config {paths.config}` estimates a step's memory"
+    )

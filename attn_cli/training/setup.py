@@ -13,38 +13,30 @@ from typing import Optional
 
 import torch
 
-from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, config_to_yaml
+from attn_cli.checkpoint import Checkpoint
+from attn_cli.config import Config, ConfigError, config_to_yaml, derived_seed
 from attn_cli.data.batching import Example
 from attn_cli.data.corpus import DataError
 from attn_cli.data.prepare import encode_pairs, open_data, tokenizers_and_data
 from attn_cli.data.prepared import PreparedData, TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.device import allocate_model, resolve_device
 from attn_cli.files import remove_stale_temporaries, write_whole
 from attn_cli.model import Transformer
 from attn_cli.paths import RunPaths
-from attn_cli.training.allocation import allocate_model
-from attn_cli.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
-from attn_cli.training.early_stopping import EarlyStopping
-from attn_cli.training.init_from import StartingPoint, starting_point
 from attn_cli.training.precision import Precision, resolve_precision
 from attn_cli.training.progress import TrainingDisplay
-from attn_cli.training.resume import resume_config
-from attn_cli.training.rng import restore_rng_state
-from attn_cli.training.step import NonfiniteGuard, TrainingObjective, TrainingStep, adamw, load_optimizer_state
-
-
-def resolve_device(name: str, option: str = "train.device") -> torch.device:
-    """The torch device for `name`; `option` is what the user set it with, for the error message."""
-    if not DEVICE_PATTERN.fullmatch(name):
-        raise ConfigError(f"{name!r} is not a device; use auto, cpu, cuda or cuda:N", option)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda"):
-        index = int(name.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"{name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu", option)
-    return torch.device(name)
+from attn_cli.training.state import (
+    StartingPoint,
+    TrainState,
+    load_resume_point,
+    restore_optimization,
+    restore_rng_state,
+    resume_config,
+    starting_point,
+)
+from attn_cli.training.step import NonfiniteGuard, TrainingObjective, TrainingStep, adamw
 
 
 def inverse_sqrt_schedule(warmup_steps: int):
@@ -67,7 +59,7 @@ def set_seed(seed: int) -> None:
 def dropout_seed(seed: int, rank: int) -> int:
     """The seed of process `rank`'s random streams once the model is built: each process draws its
     own dropout masks. Rank 0 is never reseeded, so one process runs exactly as without torchrun."""
-    return seed * 1000003 + rank
+    return derived_seed(seed, rank)
 
 
 def _refuse_to_overwrite(paths: RunPaths) -> None:
@@ -80,26 +72,6 @@ def _refuse_to_overwrite(paths: RunPaths) -> None:
             f"{paths.checkpoint_dir} to start over",
             "run_dir",
         )
-
-
-def _load_resume_point(paths: RunPaths, device: torch.device) -> tuple[Checkpoint, Path]:
-    """The checkpoint --resume continues from, and its path: the run's last.pt; or, when a kill
-    during the run's first save left best.pt or a step checkpoint but no last.pt yet (last.pt is
-    written last), the newest of those, which hold the same resume state. Refused when there is
-    none, or it holds no resume state, rather than silently starting over."""
-    if paths.last_checkpoint.is_file():
-        path = paths.last_checkpoint
-        checkpoint = load_checkpoint(path, device)
-    else:
-        found = [p for p in (*reversed(paths.step_checkpoints()), paths.best_checkpoint) if p.is_file()]
-        if not found:
-            raise CheckpointError(
-                f"nothing to resume: no {paths.last_checkpoint}; train without --resume to start the run"
-            )
-        checkpoint, path = max(((load_checkpoint(p, device), p) for p in found), key=lambda loaded: loaded[0].step)
-    if "batches_done" not in checkpoint.training_state:
-        raise CheckpointError(f"{path} holds no resume state (an older attn wrote it); start a new run_dir")
-    return checkpoint, path
 
 
 def _keep_metrics_up_to(log: Path, step: int) -> None:
@@ -125,18 +97,6 @@ def _metrics_step(line: str) -> Optional[int]:
 
 
 @dataclass
-class RunPosition:
-    """Where a run stands: nothing done for a new run, the checkpoint's position for a resumed one."""
-
-    step: int = 0  # updates applied
-    epoch: int = 0  # the epoch in progress; 0 before the first
-    batches_done: int = 0  # batches of this epoch already trained on
-    elapsed: float = 0.0  # training seconds before this resume
-    validated_step: int = 0
-    best_metrics: dict = field(default_factory=dict)
-
-
-@dataclass
 class TrainingSetup:
     """Everything the training loop needs, read, built or restored by `setup_training`."""
 
@@ -156,8 +116,7 @@ class TrainingSetup:
     precision: Precision
     update: TrainingStep
     nonfinite: NonfiniteGuard
-    early_stopping: Optional[EarlyStopping]
-    position: RunPosition = field(default_factory=RunPosition)
+    state: TrainState = field(default_factory=TrainState)  # where the run stands: a resumed run's own
 
 
 def setup_training(
@@ -167,7 +126,7 @@ def setup_training(
     seeds are set at fixed points). Every process of a torchrun run calls it; rank 0 alone writes files."""
     paths = RunPaths.of(cfg.run_dir)
     device = ranks.device if ranks.distributed else resolve_device(cfg.train.device)
-    resumed, resumed_from = _load_resume_point(paths, device) if resume else (None, None)
+    resumed, resumed_from = load_resume_point(paths, device) if resume else (None, None)
     cfg = _run_config(cfg, paths, resumed, display)
     if resumed_from is not None and resumed_from != paths.last_checkpoint:
         display.log(
@@ -222,7 +181,6 @@ def setup_training(
     update = TrainingStep(
         model, objective, optimizer, scheduler, scaler, precision, device, cfg.train.clip_norm, ranks, replica
     )
-    stopping = cfg.train.early_stopping
     setup = TrainingSetup(
         cfg,
         display,
@@ -240,7 +198,6 @@ def setup_training(
         precision,
         update,
         NonfiniteGuard(cfg.train.max_nonfinite_steps),
-        EarlyStopping(stopping.metric, stopping.patience) if stopping else None,
     )
     if resumed is not None:
         _restore(setup, resumed)
@@ -296,8 +253,7 @@ def _data_and_tokenizers(
 
 def _valid_examples(cfg: Config, prepared: PreparedData, tokenizers: Tokenizers) -> list[Example]:
     """The validation examples whose every token the model can embed (the validation loss needs them all)."""
-    # Learned positions end at model.max_positions.
-    position_limit = cfg.model.max_positions - 1 if cfg.model.positions == "learned" else None
+    position_limit = cfg.model.position_limit
     return [
         e
         for e in encode_pairs(prepared.valid, tokenizers)
@@ -306,26 +262,12 @@ def _valid_examples(cfg: Config, prepared: PreparedData, tokenizers: Tokenizers)
 
 
 def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:
-    """Continue exactly where `resumed` left off: the optimizer, schedule, scaler and early-stopping
-    states, the run's progress, then this process's random streams (the keys are Trainer._training_state's)."""
-    state = resumed.training_state
-    load_optimizer_state(setup.optimizer, state["optimizer"])
-    setup.scheduler.load_state_dict(state["scheduler"])
-    if setup.scaler.is_enabled() and state["grad_scaler"]:  # empty when the run was not fp16 before
-        setup.scaler.load_state_dict(state["grad_scaler"])
-    setup.position = RunPosition(
-        resumed.step,
-        resumed.epoch,
-        state["batches_done"],
-        state["elapsed"],
-        state["validated_step"],
-        state["best_metrics"],
-    )
-    setup.nonfinite.total = state["nonfinite_steps"]
-    if setup.early_stopping and state.get("early_stopping"):
-        setup.early_stopping.load_state_dict(state["early_stopping"])
+    """Continue exactly where `resumed` left off: the optimizer, schedule and scaler states, the run's
+    state, then this process's random streams."""
+    restore_optimization(resumed.training_state, setup.optimizer, setup.scheduler, setup.scaler)
+    setup.state = TrainState.from_checkpoint(resumed)
     # Last: nothing after this may draw random numbers before training.
-    rng_by_rank = state.get("rng_by_rank") or [state["rng"]]
+    rng_by_rank = resumed.training_state.get("rng_by_rank") or [resumed.training_state["rng"]]
     if len(rng_by_rank) != setup.ranks.world_size:
         setup.display.log(
             f"resume: the run had {len(rng_by_rank)} processes and now has {setup.ranks.world_size}; "

@@ -15,27 +15,26 @@ from typing import Optional
 import numpy as np
 import torch
 
+from attn_cli.checkpoint import keep_newest_step_checkpoints, save_checkpoint
 from attn_cli.config import Config
 from attn_cli.data.batching import Batch, collate, token_batches
-from attn_cli.data.joining import JoinSettings, join_epoch, separator
+from attn_cli.data.joining import JoinSettings, join_epoch
 from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.translate import translate_sentences
+from attn_cli.languages import joiner
 from attn_cli.paths import RunPaths
-from attn_cli.training.checkpoint import keep_newest_step_checkpoints, save_checkpoint
 from attn_cli.training.distributed import process_group
+from attn_cli.training.guards import StopRequest, TrainingInterrupted, run_directory_lock, stop_requests
 from attn_cli.training.loss import label_smoothed_loss
-from attn_cli.training.metrics_log import MetricsLog
-from attn_cli.training.out_of_memory import (
+from attn_cli.training.memory import (
     TrainingOutOfMemory,
     describe_batches,
     is_out_of_memory,
     out_of_memory_message,
 )
-from attn_cli.training.progress import TrainingDisplay, TrainingStatus
-from attn_cli.training.rng import capture_rng_state
-from attn_cli.training.run_lock import run_directory_lock
+from attn_cli.training.progress import MetricsLog, TrainingDisplay, TrainingStatus
 from attn_cli.training.setup import TrainingSetup, setup_training
-from attn_cli.training.signals import StopRequest, TrainingInterrupted, stop_requests
+from attn_cli.training.state import best_metric, capture_rng_state
 from attn_cli.training.step import StepResult, TrainingDiverged
 
 
@@ -56,53 +55,13 @@ class Trainer:
     files and validates, and they agree on every decision to stop."""
 
     def __init__(self, setup: TrainingSetup):
-        """Only takes over the setup's fields; `run` starts the loop."""
-        self.cfg = setup.cfg
-        self.display = setup.display
-        self.ranks = setup.ranks
-        self.paths = setup.paths
-        self.device = setup.device
-        self.tokenizers = setup.tokenizers
-        self.train_examples = setup.train_examples
-        self.valid_examples = setup.valid_examples
-        self.valid_pairs = setup.valid_pairs
-        self.model = setup.model
-        self.optimizer = setup.optimizer
-        self.scheduler = setup.scheduler
-        self.scaler = setup.scaler
-        self.precision = setup.precision
-        self.update = setup.update
-        self.nonfinite = setup.nonfinite
-        self.early_stopping = setup.early_stopping
+        """Takes the setup as it is; `run` starts the loop."""
+        self.setup = setup
+        self.state = setup.state  # where the run stands: written into every checkpoint
+        self.best_metric = best_metric(setup.cfg.train)  # what decides best.pt and early stopping
         self.stop_early = False  # set by a validation that used up the early-stopping patience
-        self.step = setup.position.step  # updates applied
-        self.epoch = setup.position.epoch  # the epoch in progress; 0 before the first
-        self.batches_done = setup.position.batches_done  # batches of this epoch already trained on
-        self.elapsed_before = setup.position.elapsed  # training seconds of the run before this resume
-        self.validated_step = setup.position.validated_step
-        self.best_metrics = setup.position.best_metrics
         self._epoch_batches: tuple[int, list[list[int]]] = (0, [])
-        self._epoch_examples = self.train_examples  # the examples _epoch_batches' positions point into
-
-    # -- resume state ---------------------------------------------------------------------------
-
-    def _training_state(self, rng_by_rank: list[dict]) -> dict:
-        """Everything besides the weights that continuing this run exactly needs. `rng_by_rank` holds
-        every process's random streams (each draws its own dropout masks); "rng" is rank 0's.
-        setup._restore reads it back."""
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "grad_scaler": self.scaler.state_dict(),
-            "rng": rng_by_rank[0],
-            "rng_by_rank": rng_by_rank,
-            "batches_done": self.batches_done,
-            "elapsed": self._elapsed(),
-            "validated_step": self.validated_step,
-            "best_metrics": self.best_metrics,
-            "nonfinite_steps": self.nonfinite.total,
-            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
-        }
+        self._epoch_examples = setup.train_examples  # the examples _epoch_batches' positions point into
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -112,7 +71,7 @@ class Trainer:
         An update that runs out of memory raises TrainingOutOfMemory naming its batches."""
         failed = None
         try:
-            result = self.update(batches)
+            result = self.setup.update(batches)
         except (RuntimeError, MemoryError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -121,9 +80,11 @@ class Trainer:
             # Raised outside the except block: the allocator's error, whose traceback holds the failed
             # step's tensors, is gone, and with it the memory the checkpoint about to be saved may need.
             raise TrainingOutOfMemory(failed)
-        self.nonfinite.record(result, self.step)
+        if not result.applied:
+            self.state.nonfinite_steps += 1
+        self.setup.nonfinite.record(result, self.state.step)
         if result.applied:
-            self.step += 1
+            self.state.step += 1
         return result
 
     # -- validation and checkpoints -------------------------------------------------------------
@@ -131,110 +92,104 @@ class Trainer:
     @torch.inference_mode()
     def validation_loss(self) -> float:
         """Mean per-token negative log-likelihood on the validation split, without smoothing."""
-        self.model.eval()
+        self.setup.model.eval()
         total, tokens = 0.0, 0
-        for positions in token_batches(self.valid_examples, self.cfg.train.max_tokens, shuffle=False):
-            batch = collate([self.valid_examples[p] for p in positions]).to(self.device)
-            with self.precision.autocast(self.device):
-                logits = self.model(batch.src, batch.tgt_in)
+        for positions in token_batches(self.setup.valid_examples, self.setup.cfg.train.max_tokens, shuffle=False):
+            batch = collate([self.setup.valid_examples[p] for p in positions]).to(self.setup.device)
+            with self.setup.precision.autocast(self.setup.device):
+                logits = self.setup.model(batch.src, batch.tgt_in)
             loss_sum, count = label_smoothed_loss(logits, batch.tgt_out, 0.0)
             total, tokens = total + loss_sum.item(), tokens + count
         return total / max(tokens, 1)
 
     def validation_bleu(self) -> float:
         """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
-        self.model.eval()
-        with self.precision.autocast(self.device):
+        self.setup.model.eval()
+        with self.setup.precision.autocast(self.setup.device):
             translations = translate_sentences(
-                self.model,
-                self.tokenizers,
-                [p[0] for p in self.valid_pairs],
-                self.cfg.decode,
-                self.cfg.model.max_positions - 1,
-                self.cfg.data.tgt_lang,
+                self.setup.model,
+                self.setup.tokenizers,
+                [p[0] for p in self.setup.valid_pairs],
+                self.setup.cfg.decode,
+                self.setup.cfg.model.max_sequence_tokens,
+                self.setup.cfg.data.tgt_lang,
             )
         hypotheses = [translation.texts[0] for translation in translations]
-        scores = score_translations(hypotheses, [p[1] for p in self.valid_pairs], self.cfg.data.tgt_lang)
+        scores = score_translations(hypotheses, [p[1] for p in self.setup.valid_pairs], self.setup.cfg.data.tgt_lang)
         return scores[0].score
 
     def validate_and_save(self) -> None:
         """Validation and checkpoints on rank 0 while the other processes wait; every process learns
         whether early stopping ends the run."""
-        if not self.ranks.is_main:
-            self.validated_step = self.step
+        if not self.setup.ranks.is_main:
+            self.state.validated_step = self.state.step
             self._save([], {})
-            self.stop_early = self.ranks.from_main(False)
+            self.stop_early = self.setup.ranks.from_main(False)
             return
-        metrics = {"step": self.step, "epoch": self.epoch, "elapsed": round(self._elapsed(), 1)}
-        if self.nonfinite.total:
-            metrics["nonfinite_steps"] = self.nonfinite.total
-        if self.valid_examples:
+        metrics = {"step": self.state.step, "epoch": self.state.epoch, "elapsed": round(self._elapsed(), 1)}
+        if self.state.nonfinite_steps:
+            metrics["nonfinite_steps"] = self.state.nonfinite_steps
+        if self.setup.valid_examples:
             metrics["valid_loss"] = self.validation_loss()
             metrics["valid_ppl"] = math.exp(min(metrics["valid_loss"], 50))
-            if self.cfg.train.valid_bleu:
+            if self.setup.cfg.train.valid_bleu:
                 metrics["valid_bleu"] = self.validation_bleu()
-        improved = self._is_better(metrics)
-        if improved:
-            self.best_metrics = metrics
-        self.validated_step = self.step
-        if self.early_stopping is not None:  # before saving, so a resumed run counts on from here
-            self.stop_early = self.early_stopping.update(metrics)
+        # Before saving, so that a resumed run counts on from here.
+        improved = self.state.record_validation(metrics, self.best_metric)
+        self.stop_early = self.state.should_stop_early(self.setup.cfg.train)
         # last.pt last: it records this validation as done, so a crash before it is written leaves
         # a resume that validates this step again and writes the other files again, and a crash
         # after it has nothing left to lose. Likewise the metrics line first: a crash may leave a
         # line without its checkpoint (a resume trims it), never a checkpoint without its line.
         checkpoints = []
         if improved:
-            checkpoints.append(self.paths.best_checkpoint)
-        if self.cfg.train.keep_last:
-            checkpoints.append(self.paths.step_checkpoint(self.step))
-        checkpoints.append(self.paths.last_checkpoint)
+            checkpoints.append(self.setup.paths.best_checkpoint)
+        if self.setup.cfg.train.keep_last:
+            checkpoints.append(self.setup.paths.step_checkpoint(self.state.step))
+        checkpoints.append(self.setup.paths.last_checkpoint)
         self.metrics_log.validation(metrics)
         self._save(checkpoints, metrics)
-        if self.cfg.train.keep_last:
-            keep_newest_step_checkpoints(self.paths, self.cfg.train.keep_last)
+        if self.setup.cfg.train.keep_last:
+            keep_newest_step_checkpoints(self.setup.paths, self.setup.cfg.train.keep_last)
         shown = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
-        self.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
-        self.stop_early = self.ranks.from_main(self.stop_early)
-
-    def _is_better(self, metrics: dict) -> bool:
-        """Whether this validation beats the best so far: BLEU decides, the loss breaks ties or stands in."""
-        if not self.best_metrics:
-            return True
-        if "valid_bleu" in metrics and metrics["valid_bleu"] != self.best_metrics["valid_bleu"]:
-            return metrics["valid_bleu"] > self.best_metrics["valid_bleu"]
-        if "valid_loss" in metrics:
-            return metrics["valid_loss"] < self.best_metrics["valid_loss"]
-        return True  # nothing to compare on: the newest is the best
+        self.setup.display.log(f"validation: {shown}{'  (new best)' if improved else ''}")
+        self.stop_early = self.setup.ranks.from_main(self.stop_early)
 
     def _save(self, paths: list[Path], metrics: dict) -> None:
         """Rank 0 writes the checkpoint to each of `paths`. Every process must call this at the same
         point: each contributes its random number generator states."""
-        rng_by_rank = self.ranks.gather(capture_rng_state())
-        if self.ranks.is_main:
-            training_state = self._training_state(rng_by_rank)
+        rng_by_rank = self.setup.ranks.gather(capture_rng_state())
+        if self.setup.ranks.is_main:
+            setup, state = self.setup, self.state
+            training_state = state.to_checkpoint(
+                self._elapsed(), setup.optimizer, setup.scheduler, setup.scaler, rng_by_rank
+            )
             for path in paths:
                 save_checkpoint(
-                    path, self.cfg, self.tokenizers, self.model, self.step, self.epoch, metrics, training_state
+                    path, setup.cfg, setup.tokenizers, setup.model, state.step, state.epoch, metrics, training_state
                 )
+
+    def _save_last(self, why: dict) -> None:
+        """last.pt as the run stands, for a run that ends early; `why` joins its metrics."""
+        self._save([self.setup.paths.last_checkpoint], {"step": self.state.step, "epoch": self.state.epoch, **why})
 
     # -- the loop -------------------------------------------------------------------------------
 
     def _budget_spent(self, elapsed: float) -> bool:
         """Whether train.max_steps or train.max_minutes is used up (train.max_epochs ends the loop itself)."""
-        train = self.cfg.train
-        if train.max_steps is not None and self.step >= train.max_steps:
+        train = self.setup.cfg.train
+        if train.max_steps is not None and self.state.step >= train.max_steps:
             return True
         return train.max_minutes is not None and elapsed >= train.max_minutes * 60
 
     def _eta(self, elapsed: float, steps_per_epoch: int) -> Optional[float]:
         """Seconds left until the first of the budgets runs out, at the mean pace so far."""
-        train = self.cfg.train
-        seconds_per_step = elapsed / max(self.step, 1)
+        train = self.setup.cfg.train
+        seconds_per_step = elapsed / max(self.state.step, 1)
         total_steps = train.max_epochs * steps_per_epoch
         if train.max_steps is not None:
             total_steps = min(total_steps, train.max_steps)
-        eta = (total_steps - self.step) * seconds_per_step
+        eta = (total_steps - self.state.step) * seconds_per_step
         if train.max_minutes is not None:
             eta = min(eta, train.max_minutes * 60 - elapsed)
         return eta
@@ -242,7 +197,7 @@ class Trainer:
     def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
         """The epoch's batches (positions into its examples); computed once per epoch."""
         if self._epoch_batches[0] != epoch:
-            train = self.cfg.train
+            train = self.setup.cfg.train
             self._epoch_examples = self._examples_of_epoch(epoch)
             batches = (
                 token_batches(self._epoch_examples, train.max_tokens, shuffle=True, seed=train.seed, epoch=epoch)
@@ -254,43 +209,44 @@ class Trainer:
 
     def _examples_of_epoch(self, epoch: int):
         """The training pairs, with train.join.rate of them joined into longer ones, drawn anew each epoch."""
-        join, data = self.cfg.train.join, self.cfg.data
+        join, data = self.setup.cfg.train.join, self.setup.cfg.data
         if join.rate == 0 or epoch == 0:
-            return self.train_examples
+            return self.setup.train_examples
         settings = JoinSettings(
             join.rate,
             join.max_pairs,
-            *self.cfg.longest_training_sides(),
-            separator(data.src_lang),
-            separator(data.tgt_lang),
+            *self.setup.cfg.longest_training_sides(),
+            joiner(data.src_lang),
+            joiner(data.tgt_lang),
         )
-        return join_epoch(self.train_examples, self.tokenizers, settings, self.cfg.train.seed, epoch)
+        return join_epoch(self.setup.train_examples, self.setup.tokenizers, settings, self.setup.cfg.train.seed, epoch)
 
     def _next_update(self) -> Optional[list[list[int]]]:
         """The batches of the next update, starting the next epoch when this one is used up; None
         after the last epoch. An epoch's last update may have fewer than train.accumulate batches."""
-        batches = self._batches_of_epoch(self.epoch)
-        if self.batches_done >= len(batches):
-            if self.epoch >= self.cfg.train.max_epochs:
+        batches = self._batches_of_epoch(self.state.epoch)
+        if self.state.batches_done >= len(batches):
+            if self.state.epoch >= self.setup.cfg.train.max_epochs:
                 return None
-            self.epoch, self.batches_done = self.epoch + 1, 0
-            batches = self._batches_of_epoch(self.epoch)
-        return batches[self.batches_done : self.batches_done + self.cfg.train.accumulate]
+            self.state.epoch, self.state.batches_done = self.state.epoch + 1, 0
+            batches = self._batches_of_epoch(self.state.epoch)
+        return batches[self.state.batches_done : self.state.batches_done + self.setup.cfg.train.accumulate]
 
     def _updates_per_epoch(self) -> int:
         """Updates in the epoch in progress (its last may have fewer than train.accumulate batches)."""
-        return math.ceil(len(self._batches_of_epoch(self.epoch)) / self.cfg.train.accumulate)
+        return math.ceil(len(self._batches_of_epoch(self.state.epoch)) / self.setup.cfg.train.accumulate)
 
     def _elapsed(self) -> float:
         """Training seconds so far, those before a resume included."""
-        return self.elapsed_before + time.monotonic() - self._started
+        return self.state.elapsed + time.monotonic() - self._started
 
     def _log_resume_point(self) -> None:
         """Where in its epoch a resumed run picks up, for the log."""
-        if self.step:
-            self.display.log(
-                f"resuming at step {self.step:,}: epoch {self.epoch}, after batch {self.batches_done} "
-                f"of {len(self._batches_of_epoch(self.epoch))}"
+        state = self.state
+        if state.step:
+            self.setup.display.log(
+                f"resuming at step {state.step:,}: epoch {state.epoch}, after batch {state.batches_done} "
+                f"of {len(self._batches_of_epoch(state.epoch))}"
             )
 
     def run(self) -> TrainResult:
@@ -298,24 +254,26 @@ class Trainer:
         signal, Ctrl-C or divergence saves last.pt instead and raises."""
         self._log_resume_point()
         self._started = time.monotonic()
-        self.metrics_log = MetricsLog(self.paths, resumed_at=self.step or None) if self.ranks.is_main else None
+        is_main = self.setup.ranks.is_main
+        self.metrics_log = MetricsLog(self.setup.paths, resumed_at=self.state.step or None) if is_main else None
         if self.metrics_log is not None and self.metrics_log.tensorboard:
-            self.display.log(f"tensorboard: logging to {self.paths.tensorboard_dir}")
+            self.setup.display.log(f"tensorboard: logging to {self.setup.paths.tensorboard_dir}")
         try:
             self._run_until_stopped()
-            if self.validated_step != self.step:
+            if self.state.validated_step != self.state.step:
                 self.validate_and_save()
         finally:
             if self.metrics_log is not None:
                 self.metrics_log.close()
-        return TrainResult(self.step, self.epoch, self._elapsed(), self.best_metrics, self.paths)
+        state = self.state
+        return TrainResult(state.step, state.epoch, self._elapsed(), state.best_metrics, self.setup.paths)
 
     def _run_until_stopped(self) -> None:
         """The loop, and last.pt saved when a signal, Ctrl-C or divergence ends it early."""
         meter = _ThroughputMeter()
         # With several processes a mid-update stop would leave them out of step; torchrun, which
         # forwards a Ctrl-C as SIGTERM right after it, kills the processes itself if they hang.
-        with stop_requests(second_stops_at_once=not self.ranks.distributed) as stop:
+        with stop_requests(second_stops_at_once=not self.setup.ranks.distributed) as stop:
             try:
                 self._loop(meter, stop)
             except TrainingOutOfMemory as failed:
@@ -323,28 +281,30 @@ class Trainer:
             except (KeyboardInterrupt, TrainingDiverged) as reason:
                 # Skipped steps leave the parameters as they were, so even a diverged run saves sound work.
                 why = "diverged" if isinstance(reason, TrainingDiverged) else "interrupted"
-                self.display.log(
+                self.setup.display.log(
                     f"{why}{f' ({reason})' if str(reason) else ''}: saving the last checkpoint before exiting"
                 )
-                self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, why: True})
+                self._save_last({why: True})
                 raise
 
     def _save_after_out_of_memory(self, what_failed: str) -> None:
         """last.pt as it was before the update that ran out of memory, then the one line that says so.
         An update fails before the optimizer changes a parameter (forward and backward are where the
         memory goes), and its batches are counted only once it completes, so a resume repeats it."""
-        self.optimizer.zero_grad(set_to_none=True)  # the failed update's partial gradients
+        self.setup.optimizer.zero_grad(set_to_none=True)  # the failed update's partial gradients
         gc.collect()
-        if self.device.type == "cuda":
+        if self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
         saved_step = None
         # With several processes the others are mid-update and cannot join the save: none is written.
-        if not self.ranks.distributed:
-            self.display.log(f"out of memory: {what_failed} did not fit; saving the last checkpoint before exiting")
-            self._save([self.paths.last_checkpoint], {"step": self.step, "epoch": self.epoch, "out_of_memory": True})
-            saved_step = self.step
+        if not self.setup.ranks.distributed:
+            self.setup.display.log(
+                f"out of memory: {what_failed} did not fit; saving the last checkpoint before exiting"
+            )
+            self._save_last({"out_of_memory": True})
+            saved_step = self.state.step
         raise TrainingOutOfMemory(
-            out_of_memory_message(what_failed, self.device, self.cfg.train, self.paths, saved_step)
+            out_of_memory_message(what_failed, self.setup.device, self.setup.cfg.train, self.setup.paths, saved_step)
         ) from None
 
     def _agreed_stop(self, stop: StopRequest) -> bool:
@@ -352,7 +312,7 @@ class Trainer:
         decides alike (a signal to any of them, or any one's clock running out, stops them all), so
         none is left waiting for the others."""
         local = 2 if stop.signal_name else 1 if self._budget_spent(self._elapsed()) else 0
-        decision = self.ranks.max(local)
+        decision = self.setup.ranks.max(local)
         if decision == 2:
             raise TrainingInterrupted(stop.signal_name or "a signal to another process")
         return decision == 1
@@ -361,10 +321,10 @@ class Trainer:
         """This process's share of one batch. A process left without examples (a batch smaller than
         the number of processes) runs one example with every label ignored: it adds nothing to the
         update, yet joins DDP's gradient all-reduce, which waits for every process."""
-        mine = self.ranks.share(positions)
+        mine = self.setup.ranks.share(positions)
         if len(mine) == 0:
-            return collate([self._epoch_examples[positions[0]]]).without_labels().to(self.device)
-        return collate([self._epoch_examples[p] for p in mine]).to(self.device)
+            return collate([self._epoch_examples[positions[0]]]).without_labels().to(self.setup.device)
+        return collate([self._epoch_examples[p] for p in mine]).to(self.setup.device)
 
     def _tokens_of(self, update: list[list[int]]) -> int:
         """Source and target tokens of the whole update (every process's share), EOS included,
@@ -375,51 +335,51 @@ class Trainer:
     def _loop(self, meter: "_ThroughputMeter", stop: StopRequest) -> None:
         """Updates until the budget, the epochs or early stopping end the run, logging and validating
         every train.log_every and train.valid_every steps."""
-        train = self.cfg.train
+        train = self.setup.cfg.train
         while not self._agreed_stop(stop):
             update = self._next_update()
             if update is None:
                 return
             result = self.train_step([self._local_batch(positions) for positions in update])
-            self.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
+            self.state.batches_done += len(update)  # only once the update is complete, so an interrupt repeats it
             if not result.applied:
                 continue  # no new step: nothing to log, validate or save
             meter.add(result.loss, self._tokens_of(update))
-            if self.step % train.log_every == 0:
+            if self.state.step % train.log_every == 0:
                 status = self._status(meter)
-                self.display.update(status)
+                self.setup.display.update(status)
                 if self.metrics_log is not None:
                     self.metrics_log.training(status.step, status.loss, status.learning_rate, status.tokens_per_second)
-            if self.step % train.valid_every == 0:
+            if self.state.step % train.valid_every == 0:
                 self.validate_and_save()
                 if self.stop_early:
-                    if self.ranks.is_main:  # only rank 0 counted the validations
-                        self.display.log(self.early_stopping.reason())
+                    if self.setup.ranks.is_main:  # only rank 0 counted the validations
+                        self.setup.display.log(self.state.early_stopping_reason(self.setup.cfg.train))
                     return
-                self.display.update(self._status(meter))
+                self.setup.display.update(self._status(meter))
                 meter.restart_window()  # validation time is not training throughput
 
     def _status(self, meter: "_ThroughputMeter") -> TrainingStatus:
         """The progress line's figures now."""
         elapsed = self._elapsed()
         return TrainingStatus(
-            self.step,
-            self.epoch,
+            self.state.step,
+            self.state.epoch,
             meter.loss_average,
-            self.scheduler.get_last_lr()[0],
+            self.setup.scheduler.get_last_lr()[0],
             meter.tokens_per_second(),
             elapsed,
             self._eta(elapsed, self._updates_per_epoch()),
             self._best_text(),
-            self.nonfinite.total,
+            self.state.nonfinite_steps,
         )
 
     def _best_text(self) -> str:
         """The best validation so far, for the progress line; empty before the first."""
-        if "valid_bleu" in self.best_metrics:
-            return f"BLEU {self.best_metrics['valid_bleu']:.1f}"
-        if "valid_loss" in self.best_metrics:
-            return f"loss {self.best_metrics['valid_loss']:.3f}"
+        if "valid_bleu" in self.state.best_metrics:
+            return f"BLEU {self.state.best_metrics['valid_bleu']:.1f}"
+        if "valid_loss" in self.state.best_metrics:
+            return f"loss {self.state.best_metrics['valid_loss']:.3f}"
         return ""
 
 

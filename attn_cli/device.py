@@ -1,9 +1,12 @@
-"""Building a model of a size the machine can hold, or saying in one line why not.
+"""The device attn runs on, and a model built there only when it fits.
 
-A config (or a checkpoint's) can describe a model far larger than memory. Allocating it anyway ends
-in an allocator's traceback, or, because Linux hands out memory it does not have, in the
-out-of-memory killer halfway through initialisation, with no message at all. So the model is first
-built on the meta device, which allocates nothing, to count what it needs."""
+`resolve_device` turns a setting (auto, cpu, cuda, cuda:N) into a torch device, or a one-line error
+naming the setting. A config (or a checkpoint's) can describe a model far larger than memory;
+allocating it anyway ends in an allocator's traceback, or, because Linux hands out memory it does
+not have, in the out-of-memory killer halfway through initialisation, with no message at all. So
+`allocate_model` first builds the model on the meta device, which allocates nothing, to count what
+it needs. Training, translating and exporting all build their models through here.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +14,23 @@ import os
 
 import torch
 
-from attn_cli.config import ModelConfig
+from attn_cli.config import DEVICE_PATTERN, ConfigError, ModelConfig
 from attn_cli.errors import UserError
 from attn_cli.model import Transformer, build_model
+
+
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """The torch device for `name`; `option` is what the user set it with, for the error message."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ConfigError(f"{name!r} is not a device; use auto, cpu, cuda or cuda:N", option)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{name} but {torch.cuda.device_count()} CUDA GPUs are visible; use auto or cpu", option)
+    return torch.device(name)
+
 
 FP32_BYTES = 4
 # Training keeps, besides the weights, their gradients and AdamW's two moments.
@@ -28,7 +45,7 @@ def _gigabytes(count: int) -> str:
     return f"{count / 2**30:,.1f} GB"
 
 
-def _memory_of(device: torch.device) -> int:
+def memory_of(device: torch.device) -> int:
     """The bytes `device` has in all: physical memory for the CPU, the GPU's own for CUDA."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
@@ -49,7 +66,7 @@ def allocate_model(
         " for its weights, gradients and AdamW moments" if training else " for its weights"
     )
     for place, size in ((torch.device("cpu"), weights), (device, needed)):  # built on the CPU, then moved
-        available = _memory_of(place)
+        available = memory_of(place)
         if size > available:
             raise ModelSizeError(
                 f"{what}, more than the {_gigabytes(available)} this machine's "

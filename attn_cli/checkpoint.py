@@ -1,10 +1,16 @@
-"""Self-describing checkpoints, written atomically.
+"""Self-describing checkpoints: written atomically, loaded without running code, averaged.
 
 A checkpoint holds the config, both tokenizer models, the model weights, step, epoch and metrics,
-so it alone rebuilds a translator; it also keeps what resuming a run exactly needs: optimizer,
-scheduler, gradient scaler and RNG states, the position inside the epoch, the training time used
-and the best metrics so far. Saving writes a temporary file in the same directory and renames it over the old
-one (attn_cli/files.py): a crash mid-save never leaves a broken checkpoint behind.
+so it alone rebuilds a translator; a training run's checkpoints also keep what resuming it exactly
+needs (`training_state`, written and read by attn_cli/training/state.py). Saving writes a temporary
+file in the same directory and renames it over the old one (attn_cli/files.py): a crash mid-save
+never leaves a broken checkpoint behind. This is the layer below decoding and export: translating,
+exporting and serving load models from here and never import the training package.
+
+Averaging the last few checkpoints of a run smooths out the noise of the final updates and usually
+translates a little better than any one of them (Vaswani et al., 2017, averaged the last 5 or 20).
+The mean is taken in fp32 whatever the stored dtype; integer buffers (counters, ids) cannot be
+averaged and are taken from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -12,17 +18,17 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
 from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.device import allocate_model
 from attn_cli.errors import UserError
 from attn_cli.files import write_error, written_whole
 from attn_cli.model import Transformer
 from attn_cli.paths import RunPaths
-from attn_cli.training.allocation import allocate_model
 
 FORMAT_VERSION = 1
 
@@ -39,7 +45,7 @@ class Checkpoint:
     step: int = 0
     epoch: int = 0
     metrics: dict = field(default_factory=dict)
-    training_state: dict = field(default_factory=dict)  # what resuming needs; see Trainer._training_state
+    training_state: dict = field(default_factory=dict)  # what resuming needs: training/state.py
 
 
 def save_checkpoint(
@@ -176,3 +182,63 @@ def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
     """Delete all but the `keep` (>= 1) newest step-numbered checkpoints; best.pt and last.pt stay."""
     for old in paths.step_checkpoints()[:-keep]:
         old.unlink(missing_ok=True)
+
+
+def require_shared_tokenizers(named: Sequence[tuple[str, Tokenizers]]) -> None:
+    """Refuse models whose SentencePiece models differ: token ids would mean different pieces, so
+    averaging their distributions would mix unrelated tokens. `named` pairs a name for the user (a
+    checkpoint path) with that model's tokenizers."""
+    (first_name, first), *others = named
+    for name, tokenizers in others:
+        if (tokenizers.source.model_proto, tokenizers.target.model_proto) != (
+            first.source.model_proto,
+            first.target.model_proto,
+        ):
+            raise UserError(
+                f"{first_name} and {name} use different tokenizers, so they cannot decode as an ensemble; "
+                f"ensemble checkpoints that share one (of the same run, or of runs trained with the same "
+                f"tokenizer/ folder)"
+            )
+
+
+StateDict = dict[str, torch.Tensor]
+
+
+def average_state_dicts(states: Sequence[StateDict]) -> StateDict:
+    """The elementwise mean of floating-point entries; other entries from the last (newest) state."""
+    newest = states[-1]
+    averaged = {}
+    for name, tensor in newest.items():
+        if not tensor.is_floating_point():
+            averaged[name] = tensor.clone()
+            continue
+        total = torch.zeros(tensor.shape, dtype=torch.float32)
+        for state in states:
+            total += state[name].float()
+        averaged[name] = (total / len(states)).to(tensor.dtype)
+    return averaged
+
+
+def average_checkpoints(paths: Sequence[Path], output: Path) -> Checkpoint:
+    """Average the weights of `paths` (oldest first) into a new checkpoint at `output`.
+
+    The result keeps the newest checkpoint's config, tokenizers, step and epoch, and no training
+    state: it is for translating and scoring, not for resuming.
+    """
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    newest = load_checkpoint(paths[-1])
+    states, steps = [], []
+    for path in paths:
+        loaded = newest if path == paths[-1] else load_checkpoint(path)
+        if loaded.config.model != newest.config.model:
+            raise CheckpointError(
+                f"{path} has a different model config than {paths[-1]}; only checkpoints of one run can be averaged"
+            )
+        states.append(loaded.model.state_dict())
+        steps.append(loaded.step)
+    newest.model.load_state_dict(average_state_dicts(states))
+    metrics = {"averaged_steps": steps}
+    save_checkpoint(output, newest.config, newest.tokenizers, newest.model, newest.step, newest.epoch, metrics)
+    newest.metrics = metrics
+    return newest
