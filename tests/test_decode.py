@@ -78,14 +78,13 @@ def test_cache_selects_rows():
         [0, 0, 2, 3],  # one row takes another's history
         [1, 0, 2, 3],  # a swap: each row is the other's origin
         [3, 3, 0, 1],  # most rows move
-        [2, 0],  # rows leave
     ],
 )
 def test_cache_reorders_rows_without_changing_any_logit(rows):
     # Four hypotheses of one source, as in a beam: the cross-attention keys stay one row.
     model = small_model()
     encoded = model.encode(random_source(1, 5))
-    cache = model.new_cache()
+    cache = model.new_cache(hypotheses=4)
     prefix = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 10], [BOS_ID, 11, 12]])
     with torch.no_grad():
         model.decode(prefix, encoded, cache)
@@ -95,6 +94,22 @@ def test_cache_reorders_rows_without_changing_any_logit(rows):
         cached = model.decode(step, encoded, cache)[:, -1]
         full = model.decode(torch.cat([prefix[rows], step], dim=1), encoded.select(torch.zeros_like(rows)))[:, -1]
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+
+
+def test_the_hypotheses_per_source_are_the_caches_never_guessed_from_shapes():
+    """Four decoder rows against one source's keys decode as its four hypotheses only with a cache
+    made for four; with one made for one (or none) the mismatch is an error, not a silent grouping."""
+    model = small_model()
+    encoded = model.encode(random_source(1, 5))
+    rows = torch.full((4, 1), BOS_ID)
+    with torch.no_grad():
+        grouped = model.decode(rows, encoded, model.new_cache(hypotheses=4))
+        copied = model.decode(rows, encoded.select(torch.zeros(4, dtype=torch.long)), model.new_cache())
+        torch.testing.assert_close(grouped, copied, atol=1e-5, rtol=0)
+        with pytest.raises(ValueError, match="4 query rows against 1 rows of keys"):
+            model.decode(rows, encoded, model.new_cache())
+        with pytest.raises(ValueError, match="4 query rows against 1 rows of keys"):
+            model.decode(rows, encoded)
 
 
 def test_learned_positions_cap_the_output_length_instead_of_crashing():
@@ -136,7 +151,7 @@ def test_the_cache_grows_and_reorders_without_changing_any_logit():
 def _teacher_forced_cached_logits(model, src, copies, steps, targets):
     """Cached logits for fixed target tokens, g = `copies` rows per source as in a beam; after step
     3, source 1 leaves the batch."""
-    encoded, cache = model.encode(src), model.new_cache()
+    encoded, cache = model.encode(src), model.new_cache(hypotheses=copies)
     sources = list(range(src.shape[0]))
     logits = []
     for step in range(steps):

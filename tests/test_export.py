@@ -171,6 +171,10 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
     assert before.exit_code == after.exit_code == 0, after.output
     assert [line for line in after.stdout.splitlines()] and len(after.stdout.splitlines()) == 3
     assert _texts(after.stdout) == _texts(before.stdout)
+    assert "warning" not in after.stderr  # no rule of attn's search was asked for that CTranslate2 lacks
+    warned = runner.invoke(app, ["translate", "--model", str(exported), "--no-stutter", "Hello."])
+    assert warned.exit_code == 0 and warned.stderr.count("\n") == 1, warned.output
+    assert "cannot apply the valid-UTF-8 rule and decode.no_stutter" in warned.stderr
     refused = runner.invoke(app, ["translate", "--model", str(exported), "--prefix", "我", "Hello."])
     assert (
         refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr

@@ -23,6 +23,18 @@ def test_joint_vocabulary_round_trips_and_byte_fallback_encodes_anything(tmp_pat
     assert Tokenizers.load(tmp_path).source.encode([unseen]) == [ids]
 
 
+def test_an_unknown_piece_stays_visible_in_the_decoded_text():
+    """Without byte fallback a character outside the vocabulary is <unk>: decoding writes it as
+    SentencePiece's ⁇ instead of dropping the word, and a decode-encode round trip (as joined
+    training pairs take) keeps it unknown."""
+    tokenizers = train_tokenizers(ENGLISH, CHINESE, dataclasses.replace(CONFIG, byte_fallback=False))
+    ids = tokenizers.source.encode(["I have 斑马 apples."])[0]
+    assert UNK_ID in ids
+    (text,) = tokenizers.source.decode([[BOS_ID] + ids + [EOS_ID]])
+    assert "⁇" in text and text.startswith("I have") and text.endswith("apples.")
+    assert UNK_ID in tokenizers.source.encode([text])[0]
+
+
 def test_separate_vocabularies_and_bpe(tmp_path):
     tokenizers = train_tokenizers(ENGLISH, CHINESE, dataclasses.replace(CONFIG, joint=False, model_type="bpe"))
     assert not tokenizers.joint

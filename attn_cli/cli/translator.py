@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from attn_cli.cli.common import Command, stderr
+from attn_cli.cli.common import Command, stderr, tell
 from attn_cli.config import Config, ConfigError, DecodeConfig
 from attn_cli.errors import UserError
 
@@ -181,6 +181,16 @@ class Translator:
 
     def __init__(self, loaded: Loaded, options: DecodeConfig):
         self.loaded, self.options = loaded, options
+        if loaded.exported is not None and options.no_stutter:
+            # CTranslate2 searches on its own: attn's output rules cannot join its search.
+            from attn_cli.decoding.translate import output_constraints
+
+            rules = " and ".join(c.rule for c in output_constraints(loaded.tokenizers.target, options))
+            tell(
+                f"warning: --model decodes with CTranslate2, which cannot apply {rules} as attn's own search "
+                f"does, so outputs may differ from --run's; use --run or --checkpoint to apply them, or "
+                f"--allow-stutter to decode without decode.no_stutter"
+            )
 
     @property
     def exported(self) -> bool:

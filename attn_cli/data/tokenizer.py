@@ -63,7 +63,9 @@ class Tokenizer:
         return self._sp.encode(list(texts), out_type=str)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        return self._sp.decode([[i for i in seq if i > EOS_ID] for seq in ids])
+        """Texts of id sequences, padding, BOS and EOS left out. An unknown piece stays visible, as
+        SentencePiece writes it (" ⁇ "): a word the vocabulary lacks must not vanish from an output."""
+        return self._sp.decode([[i for i in seq if i == UNK_ID or i > EOS_ID] for seq in ids])
 
     def piece_to_id(self, piece: str) -> int:
         return self._sp.piece_to_id(piece)

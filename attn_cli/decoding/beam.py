@@ -27,10 +27,10 @@ from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.hypothesis import (
     Hypothesis,
     OutputConstraint,
-    ban_repeated_ngrams,
     length_penalty,
     no_prefix,
     output_limits,
+    restrict_next_tokens,
     rows_at_limit,
 )
 from attn_cli.model import Transformer
@@ -65,7 +65,7 @@ def beam_search(
     prefix = no_prefix(src) if prefix is None else prefix
     limits = output_limits(ensemble.max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
     search = _BeamState(ensemble, src, beam_size, alpha, limits, prefix)
-    cache = ensemble.new_cache()
+    cache = ensemble.new_cache(hypotheses=beam_size)  # a sentence's k rows share its cross-attention keys
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
     for step in range(steps):  # step: tokens searched so far, after the prefix
         at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
@@ -75,12 +75,10 @@ def beam_search(
         log_probs = ensemble.next_log_probs(
             search.history[:, cache.steps :], search.encoded, cache, at_limit, exact_steps is not None
         )
-        if no_repeat_ngram:
-            ban_repeated_ngrams(log_probs, search.history, no_repeat_ngram)
-        if exact_steps is None:
+        rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
+        if no_repeat_ngram or rules:
             steps_left = (search.limits - step).repeat_interleave(beam_size)
-            for constraint in constraints:
-                constraint.restrict(log_probs, search.history, steps_left)
+            restrict_next_tokens(log_probs, search.history, steps_left, no_repeat_ngram, rules)
         rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
         if not rows.numel():
             break

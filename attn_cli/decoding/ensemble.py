@@ -71,8 +71,8 @@ class Ensemble:
     def encode(self, src: torch.Tensor) -> EnsembleEncoded:
         return EnsembleEncoded([model.encode(src) for model in self.models])
 
-    def new_cache(self) -> EnsembleCache:
-        return EnsembleCache([model.new_cache() for model in self.models])
+    def new_cache(self, hypotheses: int = 1) -> EnsembleCache:
+        return EnsembleCache([model.new_cache(hypotheses) for model in self.models])
 
     def next_log_probs(
         self,

@@ -12,10 +12,10 @@ from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
 from attn_cli.decoding.hypothesis import (
     Hypothesis,
     OutputConstraint,
-    ban_repeated_ngrams,
     length_penalty,
     no_prefix,
     output_limits,
+    restrict_next_tokens,
     rows_at_limit,
 )
 from attn_cli.model import Transformer
@@ -102,11 +102,9 @@ def greedy_search(
         log_probs = ensemble.next_log_probs(
             new_tokens, state.encoded, cache, at_limit, exact_steps is not None, normalize=scored
         )
-        if no_repeat_ngram:
-            ban_repeated_ngrams(log_probs, state.history, no_repeat_ngram)
-        if exact_steps is None:
-            for constraint in constraints:
-                constraint.restrict(log_probs, state.history, state.limits - step)
+        rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
+        if no_repeat_ngram or rules:
+            restrict_next_tokens(log_probs, state.history, state.limits - step, no_repeat_ngram, rules)
         next_tokens = choose(log_probs)
         state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
         ended = next_tokens == EOS_ID

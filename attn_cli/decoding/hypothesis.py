@@ -3,6 +3,7 @@ limits, the empty forced prefix, the next-token distribution and the constraints
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
@@ -26,6 +27,8 @@ class Hypothesis:
 
 class OutputConstraint(Protocol):
     """A rule every output keeps, applied at each step of a search (decoding/utf8.py, decoding/stutter.py)."""
+
+    rule: str  # how a message names it, e.g. "decode.no_stutter"
 
     def restrict(self, log_probs: torch.Tensor, history: torch.Tensor, steps_left: torch.Tensor) -> torch.Tensor:
         """Rule out, in place, each row's next tokens that would break the rule. `history` (rows, L)
@@ -97,6 +100,31 @@ def ban_repeated_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) 
     repeats = (windows[:, :, :-1] == ending[:, None, :]).all(dim=-1)  # (rows, L - n + 1)
     rows, starts = repeats.nonzero(as_tuple=True)
     log_probs[rows, windows[rows, starts, -1]] = float("-inf")
+    return log_probs
+
+
+def restrict_next_tokens(
+    log_probs: torch.Tensor,
+    history: torch.Tensor,
+    steps_left: torch.Tensor,
+    no_repeat_ngram: int = 0,
+    constraints: Sequence[OutputConstraint] = (),
+) -> torch.Tensor:
+    """Rule out, in place, the next tokens that `no_repeat_ngram` and each of `constraints` forbid
+    (`steps_left` as `OutputConstraint.restrict` takes it).
+
+    The rules together can leave a row no token at all (no_repeat_ngram, say, forbidding the byte
+    that would finish a character, and the UTF-8 rule forbidding EOS before it is finished). Such a
+    row ends: EOS gets back the log-probability it had before the rules, so no search picks padding
+    from a row of -inf, nor samples from NaN."""
+    eos = log_probs[:, EOS_ID].clone()
+    if no_repeat_ngram:
+        ban_repeated_ngrams(log_probs, history, no_repeat_ngram)
+    for constraint in constraints:
+        constraint.restrict(log_probs, history, steps_left)
+    stuck = torch.isneginf(log_probs).all(dim=1)
+    if stuck.any():
+        log_probs[stuck, EOS_ID] = eos[stuck]
     return log_probs
 
 

@@ -54,6 +54,8 @@ class NoStutter:
     """The texts of one target vocabulary, indexed so that the tokens completing a stutter are found
     from a row's last characters alone."""
 
+    rule = "decode.no_stutter"  # how a message names it
+
     def __init__(self, piece_texts: Sequence[Optional[str]]):
         self.texts = list(piece_texts)  # per id: what the piece adds to the output, None for no text
         # Tokens whose own text stutters: never allowed.

@@ -40,6 +40,8 @@ def _byte_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 class Utf8Constraint:
     """The byte pieces of one target vocabulary, and which of them may come next in each row."""
 
+    rule = "the valid-UTF-8 rule"  # how a message names it
+
     def __init__(self, byte_of_piece: torch.Tensor):
         self.byte_of_piece = byte_of_piece  # (V,) the byte value of each byte piece, -1 for the others
         self.needs, self.low, self.high = _byte_tables()

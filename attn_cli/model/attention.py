@@ -81,8 +81,9 @@ class MultiHeadAttention(nn.Module):
 
         With a cache, self-attention appends this step's keys and values to the cached ones, and
         cross-attention projects `memory` once per source and reuses it at every later step.
-        `memory` may hold fewer rows than `query`: B sources for B*g queries, where rows
-        b*g .. b*g+g-1 belong to source b (the hypotheses of a beam).
+        With a cache made for g hypotheses per source (a beam's), cross-attention takes B*g query rows
+        for B sources: rows b*g .. b*g+g-1 belong to source b, whose keys and values are projected
+        once and shared by its g hypotheses.
         Self-attention may take relative positions: `bias` (1, heads, T, S) added to the scores, or
         `rotary` to turn its queries and keys, the first query being at position `start`.
         Returns the output (B, T, D) and, when `need_weights`, the weights (B, heads, T, S).
@@ -96,7 +97,12 @@ class MultiHeadAttention(nn.Module):
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         batch, _, length, _ = q.shape
-        hypotheses = batch // k.shape[0]  # queries per source: beam search's hypotheses
+        hypotheses = cache.hypotheses if self.cross and cache is not None else 1  # queries per source
+        if batch != k.shape[0] * hypotheses:
+            raise ValueError(
+                f"{batch} query rows against {k.shape[0]} rows of keys: {hypotheses} per source is what the "
+                f"cache was made for (model.new_cache(hypotheses=...))"
+            )
         if hypotheses > 1:
             q = self._group_hypotheses(q, hypotheses)
 

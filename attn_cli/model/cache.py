@@ -25,7 +25,8 @@ class LayerCache:
     single `index_select` into a spare buffer, after which the two swap.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, hypotheses: int = 1) -> None:
+        self.hypotheses = hypotheses  # decoder rows per source row: b*g .. b*g+g-1 decode source b
         self.length = 0  # positions cached so far
         self._history: Optional[torch.Tensor] = None  # (B, capacity, 2 * D): keys, then values
         self._spare: Optional[torch.Tensor] = None  # the target of the next row selection
@@ -78,8 +79,10 @@ class LayerCache:
 class KVCache:
     """The cache of a whole decoder: one `LayerCache` per layer and the number of steps taken."""
 
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(num_layers)]
+    def __init__(self, num_layers: int, hypotheses: int = 1) -> None:
+        """`hypotheses`: the decoder rows of each source (a beam's k), which share its
+        cross-attention keys and values."""
+        self.layers = [LayerCache(hypotheses) for _ in range(num_layers)]
         self.steps = 0  # target positions already decoded, so the next one is at this position
 
     def select(self, rows: torch.Tensor, source_rows: Optional[torch.Tensor] = None) -> None:

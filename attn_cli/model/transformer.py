@@ -291,8 +291,10 @@ class Transformer(nn.Module):
         positions = getattr(self.tgt_positions, "max_positions", None)
         return None if positions is None else positions - 1
 
-    def new_cache(self) -> KVCache:
-        return KVCache(len(self.decoder_layers))
+    def new_cache(self, hypotheses: int = 1) -> KVCache:
+        """A decoding cache; `hypotheses` decoder rows per source row (a beam's k, rows b*k .. b*k+k-1
+        decoding source b), which share the source's cross-attention keys and values."""
+        return KVCache(len(self.decoder_layers), hypotheses)
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
