@@ -56,10 +56,9 @@ def doctor(
       attn doctor --checkpoint runs/en-zh/checkpoints/last.pt --set data.corpus.path=cmn.txt
     """
     # torch and the checks: imported when run, not for --help
-    from attn_cli.doctor.checks import failed
+    from attn_cli.doctor.checks import as_json as checks_as_json
+    from attn_cli.doctor.checks import failed, print_table
     from attn_cli.doctor.diagnose import diagnose_checkpoint, diagnose_config
-    from attn_cli.doctor.report import as_json as checks_as_json
-    from attn_cli.doctor.report import print_table
 
     if config is not None and (run is not None or checkpoint is not None):
         raise UserError("give --config, or --run / --checkpoint (whose config is the checkpoint's), not both")

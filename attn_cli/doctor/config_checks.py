@@ -10,7 +10,7 @@ import numpy as np
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.doctor.checks import Check
-from attn_cli.doctor.corpus_scan import TokenCounts
+from attn_cli.doctor.data_checks import TokenCounts
 from attn_cli.vocab import EOS_ID
 
 SECTION = "config"

@@ -23,10 +23,8 @@ from attn_cli.data.prepared import PreparedData, entry_name, open_prepared
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.doctor.checks import Check
 from attn_cli.doctor.config_checks import config_checks, invalid_config_check
-from attn_cli.doctor.corpus_scan import prepared_token_counts, scan_corpus
-from attn_cli.doctor.data_checks import data_checks
-from attn_cli.doctor.environment import environment_checks
-from attn_cli.doctor.memory_check import memory_check
+from attn_cli.doctor.data_checks import data_checks, prepared_token_counts, scan_corpus
+from attn_cli.doctor.environment import environment_checks, memory_check
 from attn_cli.doctor.model_checks import model_checks
 from attn_cli.doctor.probes import probe_batch, read_test_pairs
 from attn_cli.errors import UserError

@@ -21,8 +21,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from attn_cli.doctor.attention_capture import attention_calls
-from attn_cli.doctor.attention_checks import attention_entropy_check, score_scale_check
+from attn_cli.doctor.attention_checks import attention_calls, attention_entropy_check, score_scale_check
 from attn_cli.doctor.checks import Check
 from attn_cli.doctor.probes import Probe
 from attn_cli.model import Transformer

@@ -1,5 +1,7 @@
 """The sentences the model checks run on: real ones from the run's test split, so that attention
-looks as it does in use, or a few built-in pairs when the run has no test split."""
+looks as it does in use, or a few built-in pairs when the run has no test split. A module of its own
+because both the model checks and the attention checks run on a `Probe`, and model_checks.py runs
+the attention checks: merged into either, it would make the two import each other."""
 
 from __future__ import annotations
 
