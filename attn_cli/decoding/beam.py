@@ -28,8 +28,7 @@ from attn_cli.decoding.hypothesis import (
     Hypothesis,
     OutputConstraint,
     length_penalty,
-    no_prefix,
-    output_limits,
+    prefix_and_limits,
     restrict_next_tokens,
     rows_at_limit,
 )
@@ -62,8 +61,7 @@ def beam_search(
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
     ensemble = Ensemble.of(model)
-    prefix = no_prefix(src) if prefix is None else prefix
-    limits = output_limits(ensemble.max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
+    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
     search = _BeamState(ensemble, src, beam_size, alpha, limits, prefix)
     cache = ensemble.new_cache(hypotheses=beam_size)  # a sentence's k rows share its cross-attention keys
     steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
@@ -173,10 +171,7 @@ class _BeamState:
         """A candidate that ends here, extending hypothesis `row`: kept if among its sentence's k
         best finished hypotheses."""
         length = step + 1  # tokens searched so far plus this EOS
-        self._keep(
-            live_index,
-            Hypothesis(self.history[row, 1:].tolist(), log_prob, log_prob / length_penalty(length, self.alpha)),
-        )
+        self._keep(live_index, Hypothesis.scored(self.history[row, 1:].tolist(), log_prob, length, self.alpha))
 
     def _keep(self, live_index: int, hypothesis: Hypothesis) -> None:
         kept = self.finished[int(self.sentence[live_index])]
@@ -205,4 +200,4 @@ class _BeamState:
             for beam in range(self.k):
                 log_prob = float(self.scores[live_index, beam])
                 tokens = self.history[live_index * self.k + beam, 1:].tolist()
-                self._keep(live_index, Hypothesis(tokens, log_prob, log_prob / length_penalty(steps, self.alpha)))
+                self._keep(live_index, Hypothesis.scored(tokens, log_prob, steps, self.alpha))

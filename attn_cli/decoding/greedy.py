@@ -12,9 +12,7 @@ from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
 from attn_cli.decoding.hypothesis import (
     Hypothesis,
     OutputConstraint,
-    length_penalty,
-    no_prefix,
-    output_limits,
+    prefix_and_limits,
     restrict_next_tokens,
     rows_at_limit,
 )
@@ -51,7 +49,6 @@ def sampler(
     return choose
 
 
-@torch.inference_mode()
 def greedy_search(
     model: Transformer | Ensemble,
     src: torch.Tensor,
@@ -82,40 +79,40 @@ def greedy_search(
     `constraints` rules out tokens at every step (valid UTF-8, no stutter). Returns `samples`
     hypotheses per source.
     """
-    if not scored and choose is not choose_most_likely:
-        raise ValueError("sampling needs normalized scores")
-    ensemble = Ensemble.of(model)
-    prefix = no_prefix(src) if prefix is None else prefix
-    encoded = ensemble.encode(src)
-    limits = output_limits(ensemble.max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
-    if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
-        rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
-        encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]
-    steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
-    shortest_limit = int(limits.min())
-    cache = ensemble.new_cache() if use_cache else None
-    state = _GreedyState(encoded, limits, prefix, scored)
-    for step in range(steps):  # step: tokens searched so far, after the prefix
-        # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
-        new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
-        at_limit = rows_at_limit(step, state.limits, shortest_limit)
-        log_probs = ensemble.next_log_probs(
-            new_tokens, state.encoded, cache, at_limit, exact_steps is not None, normalize=scored
-        )
-        rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
-        if no_repeat_ngram or rules:
-            restrict_next_tokens(log_probs, state.history, state.limits - step, no_repeat_ngram, rules)
-        next_tokens = choose(log_probs)
-        state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
-        ended = next_tokens == EOS_ID
-        if ended.any():
-            kept = state.finish(ended, alpha)
-            if not kept.numel():
-                break
-            if cache is not None:
-                cache.select(kept, source_rows=kept)
-    state.finish(torch.ones_like(state.alive, dtype=torch.bool), alpha)  # exact_steps: whatever is left
-    return [state.results[b * samples : (b + 1) * samples] for b in range(src.shape[0])]
+    with torch.inference_mode():  # a search records no gradients
+        if not scored and choose is not choose_most_likely:
+            raise ValueError("sampling needs normalized scores")
+        ensemble = Ensemble.of(model)
+        prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
+        encoded = ensemble.encode(src)
+        if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
+            rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
+            encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]
+        steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
+        shortest_limit = int(limits.min())
+        cache = ensemble.new_cache() if use_cache else None
+        state = _GreedyState(encoded, limits, prefix, scored)
+        for step in range(steps):  # step: tokens searched so far, after the prefix
+            # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
+            new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
+            at_limit = rows_at_limit(step, state.limits, shortest_limit)
+            log_probs = ensemble.next_log_probs(
+                new_tokens, state.encoded, cache, at_limit, exact_steps is not None, normalize=scored
+            )
+            rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
+            if no_repeat_ngram or rules:
+                restrict_next_tokens(log_probs, state.history, state.limits - step, no_repeat_ngram, rules)
+            next_tokens = choose(log_probs)
+            state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
+            ended = next_tokens == EOS_ID
+            if ended.any():
+                kept = state.finish(ended, alpha)
+                if not kept.numel():
+                    break
+                if cache is not None:
+                    cache.select(kept, source_rows=kept)
+        state.finish(torch.ones_like(state.alive, dtype=torch.bool), alpha)  # exact_steps: whatever is left
+        return [state.results[b * samples : (b + 1) * samples] for b in range(src.shape[0])]
 
 
 class _GreedyState:
@@ -145,7 +142,7 @@ class _GreedyState:
                 tokens.pop()
             log_prob = self.log_prob[row].item()
             searched = len(tokens) - self.forced
-            self.results[self.alive[row]] = Hypothesis(tokens, log_prob, log_prob / length_penalty(searched + 1, alpha))
+            self.results[self.alive[row]] = Hypothesis.scored(tokens, log_prob, searched + 1, alpha)
         kept = (~ended).nonzero().squeeze(1)
         self.alive, self.history, self.log_prob = self.alive[kept], self.history[kept], self.log_prob[kept]
         self.limits, self.encoded = self.limits[kept], self.encoded.select(kept)

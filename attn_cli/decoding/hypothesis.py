@@ -24,6 +24,11 @@ class Hypothesis:
     log_prob: float  # summed log-probability of the searched tokens and the EOS that ended them
     score: float  # what ranks hypotheses: log_prob / length_penalty(searched tokens + 1, alpha)
 
+    @classmethod
+    def scored(cls, tokens: list[int], log_prob: float, length: int, alpha: float) -> Hypothesis:
+        """The hypothesis of `length` searched tokens (its EOS counted), ranked by GNMT's penalty."""
+        return cls(tokens, log_prob, log_prob / length_penalty(length, alpha))
+
 
 class OutputConstraint(Protocol):
     """A rule every output keeps, applied at each step of a search (decoding/utf8.py, decoding/stutter.py)."""
@@ -57,6 +62,19 @@ def output_limits(
     if max_target_tokens is not None:
         limits = limits.clamp(max=max_target_tokens)
     return (limits - prefix_length).clamp(min=0)
+
+
+def prefix_and_limits(
+    src: torch.Tensor,
+    prefix: Optional[torch.Tensor],
+    max_target_tokens: Optional[int],
+    max_len_a: float,
+    max_len_b: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a search over (B, S) sources starts: the forced prefix of every row ((B, 0) for none),
+    and how many tokens each row may search after it (`output_limits`)."""
+    prefix = no_prefix(src) if prefix is None else prefix
+    return prefix, output_limits(max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
 
 
 def no_prefix(src: torch.Tensor) -> torch.Tensor:

@@ -207,48 +207,35 @@ CORPUS_LINE = "data.corpus line"
 
 
 def data_checks(cfg: Config, scan: CorpusScan) -> list[Check]:
-    return [_malformed(scan), _empty_sides(scan), _in_two_splits(scan), _copies(scan), _length_ratios(cfg, scan)]
+    return [
+        _skipped_lines(scan, empty=False),
+        _skipped_lines(scan, empty=True),
+        _in_two_splits(scan),
+        _copies(scan),
+        _length_ratios(cfg, scan),
+    ]
 
 
-def _skipped(scan: CorpusScan, empty: bool) -> tuple[Counter, Examples]:
+def _skipped_lines(scan: CorpusScan, empty: bool) -> Check:
+    """The lines the reader skipped: malformed ones, or (`empty`) pairs with an empty side."""
     reasons, places = Counter(), Examples()
     for skipped in scan.report.skipped:
         if (skipped.reason in EMPTY_SIDES) == empty:
             reasons[skipped.reason] += 1
             places.add(f"{skipped.source}:{skipped.line}")
-    return reasons, places
-
-
-def _malformed(scan: CorpusScan) -> Check:
-    reasons, places = _skipped(scan, empty=False)
-    numbers = {"pairs": scan.pairs, "malformed": dict(reasons)}
-    if not reasons:
-        return Check(SECTION, "malformed lines", "pass", f"none in {scan.pairs:,} pairs", numbers=numbers)
     counts = ", ".join(f"{count:,} {reason}" for reason, count in reasons.most_common())
-    return Check(
-        SECTION,
-        "malformed lines",
-        "warn",
-        f"{places.count:,} skipped ({counts}): {', '.join(places.first)}",
-        "fix or delete those lines, or set data.strict: true to refuse such a corpus",
-        numbers,
-    )
-
-
-def _empty_sides(scan: CorpusScan) -> Check:
-    reasons, places = _skipped(scan, empty=True)
-    numbers = {"empty": dict(reasons)}
+    if empty:
+        name, numbers, clean = "empty sides", {"empty": dict(reasons)}, "no pair with an empty source or target"
+        found = f"{counts} (skipped): {', '.join(places.first)}"
+        fix = "fix or delete those lines of data.corpus (an empty side is a lost or misaligned translation)"
+    else:
+        name, clean = "malformed lines", f"none in {scan.pairs:,} pairs"
+        numbers = {"pairs": scan.pairs, "malformed": dict(reasons)}
+        found = f"{places.count:,} skipped ({counts}): {', '.join(places.first)}"
+        fix = "fix or delete those lines, or set data.strict: true to refuse such a corpus"
     if not reasons:
-        return Check(SECTION, "empty sides", "pass", "no pair with an empty source or target", numbers=numbers)
-    counts = ", ".join(f"{count:,} {reason}" for reason, count in reasons.most_common())
-    return Check(
-        SECTION,
-        "empty sides",
-        "warn",
-        f"{counts} (skipped): {', '.join(places.first)}",
-        "fix or delete those lines of data.corpus (an empty side is a lost or misaligned translation)",
-        numbers,
-    )
+        return Check(SECTION, name, "pass", clean, numbers=numbers)
+    return Check(SECTION, name, "warn", found, fix, numbers)
 
 
 def _in_two_splits(scan: CorpusScan) -> Check:

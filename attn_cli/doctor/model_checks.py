@@ -95,14 +95,8 @@ def causal_mask_check(model: Transformer, probe: Probe) -> Check:
         "`python3 -m pytest tests/test_model.py -k causal`"
     )
     status = "fail" if drift > ROUNDING else "pass"
-    return Check(
-        SECTION,
-        "causal mask",
-        status,
-        found + (": the decoder sees the future" if status == "fail" else ""),
-        fix,
-        {"drift": drift},
-    )
+    found += ": the decoder sees the future" if status == "fail" else ""
+    return Check(SECTION, "causal mask", status, found, fix, {"drift": drift})
 
 
 def padding_check(model: Transformer, probe: Probe) -> Check:
@@ -125,14 +119,9 @@ def padding_check(model: Transformer, probe: Probe) -> Check:
         "decode); `python3 -m pytest tests/test_model.py -k padding`"
     )
     status = "fail" if max(encoder_drift, logits_drift) > ROUNDING else "pass"
-    return Check(
-        SECTION,
-        "padding masks",
-        status,
-        found + (": padding is attended to" if status == "fail" else ""),
-        fix,
-        {"encoder_drift": encoder_drift, "logits_drift": logits_drift},
-    )
+    found += ": padding is attended to" if status == "fail" else ""
+    drifts = {"encoder_drift": encoder_drift, "logits_drift": logits_drift}
+    return Check(SECTION, "padding masks", status, found, fix, drifts)
 
 
 def _cached_call_sizes(length: int) -> list[int]:
@@ -166,7 +155,7 @@ def cached_decoding_checks(model: Transformer, probe: Probe) -> list[Check]:
         "cached decoding",
         status,
         found + (": the inference mask or the cache does not follow the decoded length" if status == "fail" else ""),
-        "make the cached self-attention mask cover every cached key (decode_hidden, "
+        "make the cached self-attention mask cover every cached key (Transformer._decoder_states, "
         "attn_cli/model/transformer.py); `python3 -m pytest tests/test_decode.py -k cache`",
         {"drift": drift},
     )

@@ -23,7 +23,7 @@ import yaml
 
 from attn_cli.config import Config, ConfigError, DecodeConfig, config_from_dict
 from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
+from attn_cli.decoding.hypothesis import Hypothesis
 from attn_cli.export.convert import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2, position_rows
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -98,9 +98,7 @@ class ExportedModel:
                 if len(pieces) >= limit:
                     log_prob += next(forced_eos)
                 ids = [target.piece_to_id(piece) for piece in pieces]
-                hypotheses.append(
-                    Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, options.length_penalty))
-                )
+                hypotheses.append(Hypothesis.scored(ids, log_prob, len(ids) + 1, options.length_penalty))
             hypotheses.sort(key=lambda h: h.score, reverse=True)
             found.append(hypotheses if options.sample else hypotheses[: options.n_best])
         return found

@@ -225,17 +225,18 @@ class Transformer(nn.Module):
         cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
         new query may see every cached key, so no mask is needed for a single-step update.
         """
-        return F.linear(self.decode_hidden(tgt_in, encoded, cache, attention), self.output_weight)
+        return F.linear(self._decoder_states(tgt_in, encoded, cache, attention), self.output_weight)
 
-    def decode_hidden(
-        self,
-        tgt_in: torch.Tensor,
-        encoded: Encoded,
-        cache: Optional[KVCache] = None,
-        attention: Optional[AttentionWeights] = None,
+    def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded) -> torch.Tensor:
+        """The decoder's final hidden states (B, T, D) under teacher forcing, before the output
+        projection: training projects them inside its loss (`attn_cli.training.loss`) rather than
+        building the logits."""
+        return self._decoder_states(tgt_in, encoded, None, None)
+
+    def _decoder_states(
+        self, tgt_in: torch.Tensor, encoded: Encoded, cache: Optional[KVCache], attention: Optional[AttentionWeights]
     ) -> torch.Tensor:
-        """The decoder's final hidden states (B, T, D), before the output projection: training
-        projects them inside its loss (`attn_cli.training.loss`) rather than building the logits."""
+        """The decoder stack: `decode` without the output projection."""
         if cache is not None and self.gradient_checkpointing and self.training:
             # A recomputed layer would append its keys and values to the cache a second time.
             raise RuntimeError(
