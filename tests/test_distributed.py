@@ -12,7 +12,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import REPO, small_model
+from conftest import REPO, parameters_of, small_model
 
 from attn_cli.config import load_config
 from attn_cli.data.batching import Example, collate
@@ -58,10 +58,6 @@ def run_trainer(cfg, ranks=SINGLE_PROCESS, resume=False):
     trainer = Trainer(setup_training(cfg, TrainingDisplay(quiet=True), resume=resume, ranks=ranks))
     trainer.run()
     return trainer
-
-
-def parameters_of(model):
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
 def step_examples():
