@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -27,22 +26,37 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """One tiny training run (configs/tiny.yaml, some 20 s) shared by every test file that needs one."""
+    """One tiny training run (configs/tiny.yaml, some 20 s) shared by every test file that needs one.
+    A test that changes the run directory copies it first: `shutil.copytree(trained_run, tmp_path / "run")`."""
+    run_dir = tmp_path_factory.mktemp("run")
+    result = train_tiny(run_dir, "train.keep_last=1")
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
+def tiny_config(*settings: str, run_dir=None):
+    """configs/tiny.yaml (the repository's copy of the built-in config) loaded with `settings`
+    (key=value), and with run_dir when one is given."""
+    from attn_cli.config import load_config
+
+    return load_config(REPO / "configs" / "tiny.yaml", [*([f"run_dir={run_dir}"] if run_dir else []), *settings])
+
+
+def train_tiny(run_dir, *settings: str, resume: bool = False):
+    """`attn train --config configs/tiny.yaml --set run_dir=...` with a --set for each of `settings`
+    (and --resume), run from the repository; returns the CliRunner result."""
     from typer.testing import CliRunner
 
     from attn_cli.cli.app import app
 
-    run_dir = tmp_path_factory.mktemp("run")
-    cwd = os.getcwd()
-    os.chdir(REPO)  # configs/tiny.yaml: the repository's copy of the built-in config
-    try:
-        result = CliRunner().invoke(
-            app, ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}", "--set", "train.keep_last=1"]
-        )
-    finally:
-        os.chdir(cwd)
-    assert result.exit_code == 0, result.output
-    return run_dir
+    args = ["train", "--config", "configs/tiny.yaml", "--set", f"run_dir={run_dir}"]
+    for setting in settings:
+        args += ["--set", setting]
+    if resume:
+        args.append("--resume")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)  # configs/tiny.yaml: the repository's copy of the built-in config
+        return CliRunner().invoke(app, args)
 
 
 SMALL_MODEL = dict(

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
@@ -148,8 +148,7 @@ def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
         return real_step(self, batch)
 
     monkeypatch.setattr(Trainer, "train_step", interrupted_at_step_7)
-    monkeypatch.chdir(REPO)
-    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}")
+    result = train_tiny(tmp_path)
     assert result.exit_code == 2
     assert f"the last checkpoint is in {tmp_path / 'checkpoints' / 'last.pt'}" in result.output
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt").step == 7
@@ -157,12 +156,7 @@ def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
 
 def test_training_into_a_finished_run_is_refused(trained_run):
     best = (trained_run / "checkpoints" / "best.pt").read_bytes()
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={trained_run}")
-    finally:
-        os.chdir(cwd)
+    result = train_tiny(trained_run)
     assert result.exit_code == 2
     assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
     assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
@@ -483,10 +477,7 @@ def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatc
 
     real_loss = training_step.projected_label_smoothed_loss
     monkeypatch.setattr(training_step, "projected_label_smoothed_loss", lambda *args: real_loss(*args) * float("inf"))
-    monkeypatch.chdir(REPO)
-    result = invoke(
-        "train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_nonfinite_steps=3"
-    )
+    result = train_tiny(tmp_path, "train.max_nonfinite_steps=3")
     assert result.exit_code == 2
     assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
     assert "Traceback" not in result.output
@@ -545,7 +536,7 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
 
 def test_a_run_directory_that_cannot_be_one_is_a_one_line_error(tmp_path):
     (tmp_path / "a-file").write_text("not a directory\n")
-    result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path / 'a-file'}")
+    result = train_tiny(tmp_path / "a-file")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"run_dir: {tmp_path / 'a-file'} cannot be a run directory: File exists; give another path" in result.output
 
@@ -576,19 +567,7 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half a file")
-    result = invoke(
-        "train",
-        "--config",
-        "tiny.yaml",
-        "--set",
-        f"run_dir={tmp_path}",
-        "--set",
-        "train.max_steps=20",
-        "--set",
-        "train.valid_every=10",
-        "--set",
-        "train.keep_last=2",
-    )
+    result = train_tiny(tmp_path, "train.max_steps=20", "train.valid_every=10", "train.keep_last=2")
     assert result.exit_code == 0, result.output
     assert sorted(set(saved_steps)) == [10, 20]
     # last.pt, which marks a validation as done for a resume, comes after the validation's other files.

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import checkpoint_parts, reversal_batch, small_model
+from conftest import checkpoint_parts, reversal_batch, small_model, train_tiny
 
 from attn_cli.decoding.greedy import greedy_decode
 from attn_cli.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -239,7 +239,6 @@ CPU_ALLOCATOR_FAILURE = (
     ids=["cuda", "cpu"],
 )
 def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_path, monkeypatch, error):
-    from conftest import REPO
     from typer.testing import CliRunner
 
     from attn_cli.cli.app import app
@@ -255,9 +254,7 @@ def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_p
 
     monkeypatch.setattr(TrainingStep, "__call__", third_step_runs_out_of_memory)
     run_dir = tmp_path / "run"
-    result = CliRunner().invoke(
-        app, ["train", "--config", str(REPO / "configs/tiny.yaml"), "--set", f"run_dir={run_dir}"]
-    )
+    result = train_tiny(run_dir)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
