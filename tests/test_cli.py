@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,17 +97,18 @@ def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
 
 
 def test_eval_scores_the_test_split_and_any_file_pair(trained_run, tmp_path):
-    result = invoke("eval", "--bleu", "--run", str(trained_run))
+    run = shutil.copytree(trained_run, tmp_path / "run")  # eval writes its hypotheses beside the checkpoint
+    result = invoke("eval", "--bleu", "--run", str(run))
     assert result.exit_code == 0, result.output
     assert "BLEU = " in result.stdout and "tok:zh" in result.stdout and "chrF = " in result.stdout
-    hypotheses = trained_run / "checkpoints" / "best.test.en.hyp"
-    assert len(hypotheses.read_text().splitlines()) == len((trained_run / "data/test.en").read_text().splitlines())
+    hypotheses = run / "checkpoints" / "best.test.en.hyp"
+    assert len(hypotheses.read_text().splitlines()) == len((run / "data/test.en").read_text().splitlines())
 
     # Scoring the references against themselves through --src/--ref must not be mistaken for it.
     src, ref = tmp_path / "s.en", tmp_path / "r.zh"
     src.write_text("Hello.\nThank you.\n")
     ref.write_text("你好。\n谢谢。\n")
-    custom = invoke("eval", "--run", str(trained_run), "--src", str(src), "--ref", str(ref))
+    custom = invoke("eval", "--run", str(run), "--src", str(src), "--ref", str(ref))
     assert custom.exit_code == 0, custom.output
     assert "BLEU = " in custom.stdout
 
@@ -154,12 +156,13 @@ def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt").step == 7
 
 
-def test_training_into_a_finished_run_is_refused(trained_run):
-    best = (trained_run / "checkpoints" / "best.pt").read_bytes()
-    result = train_tiny(trained_run)
+def test_training_into_a_finished_run_is_refused(trained_run, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run")  # were it not refused, the training would replace it
+    best = (run / "checkpoints" / "best.pt").read_bytes()
+    result = train_tiny(run)
     assert result.exit_code == 2
     assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
-    assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
+    assert (run / "checkpoints" / "best.pt").read_bytes() == best
 
 
 # --- translate: output formats, n-best, stdin, attention; eval with decode flags ---------------------
@@ -329,7 +332,8 @@ def test_an_attention_layer_the_model_lacks_is_a_one_line_error(varied_checkpoin
 
 
 def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, varied_checkpoint, tmp_path):
-    result = invoke("eval", "--run", str(trained_run), "--beam", "1")
+    run = shutil.copytree(trained_run, tmp_path / "run")  # eval writes its hypotheses beside the checkpoint
+    result = invoke("eval", "--run", str(run), "--beam", "1")
     assert result.exit_code == 0, result.output
     assert "BLEU = " in result.stdout and "chrF = " in result.stdout
 
@@ -483,19 +487,20 @@ def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatc
     assert "Traceback" not in result.output
 
 
-def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run):
-    too_many = invoke("average", "--run", str(trained_run), "--last", "2")
+def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run")  # the average is written into the run
+    too_many = invoke("average", "--run", str(run), "--last", "2")
     assert too_many.exit_code == 2
     assert "--last 2 needs 2 step checkpoints" in too_many.output and "holds 1 (step-000040.pt)" in too_many.output
     assert "train.keep_last" in too_many.output
 
-    result = invoke("average", "--run", str(trained_run), "--last", "1")
+    result = invoke("average", "--run", str(run), "--last", "1")
     assert result.exit_code == 0, result.output
-    averaged = trained_run / "checkpoints" / "average-last1.pt"
+    averaged = run / "checkpoints" / "average-last1.pt"
     translated = invoke("translate", "--checkpoint", str(averaged), "Hello.")
     assert translated.exit_code == 0, translated.output
     # One checkpoint averaged is that checkpoint: the same translation as step 40's own.
-    own = invoke("translate", "--checkpoint", str(trained_run / "checkpoints" / "step-000040.pt"), "Hello.")
+    own = invoke("translate", "--checkpoint", str(run / "checkpoints" / "step-000040.pt"), "Hello.")
     assert translated.stdout == own.stdout
 
 
