@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import numbered_tokenizers
 
 from attn_cli import device as allocation
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
@@ -54,14 +55,9 @@ def test_an_allocation_that_fails_anyway_is_one_line(monkeypatch):
 
 def test_a_checkpoint_that_describes_a_model_too_large_is_refused_in_one_line(tmp_path):
     from attn_cli.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-    from attn_cli.data.tokenizer import train_tokenizers
 
     cfg = Config(data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")), model=SMALL)
-    tokenizers = train_tokenizers(
-        [f"sentence number {i}" for i in range(200)],
-        [f"句子{i}号" for i in range(200)],
-        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
-    )
+    tokenizers = numbered_tokenizers()
     path = tmp_path / "forged.pt"
     save_checkpoint(path, cfg, tokenizers, build_model(SMALL, 300, 300), step=1, epoch=1)
     payload = torch.load(path, weights_only=True)

@@ -1,13 +1,9 @@
 """Averaging checkpoints gives the elementwise mean of their weights."""
 
-import dataclasses
-
 import torch
-from conftest import small_model
+from conftest import checkpoint_parts, small_model
 
 from attn_cli.checkpoint import average_checkpoints, average_state_dicts, load_checkpoint, save_checkpoint
-from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig
-from attn_cli.data.tokenizer import train_tokenizers
 from attn_cli.paths import RunPaths
 
 
@@ -29,15 +25,7 @@ def test_floating_entries_are_averaged_and_integer_buffers_come_from_the_newest(
 
 
 def test_the_average_of_two_checkpoints_is_their_elementwise_mean(tmp_path):
-    cfg = Config(
-        data=DataConfig(corpus=CorpusConfig(path="corpus.tsv")),
-        model=ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1),
-    )
-    tokenizers = train_tokenizers(
-        [f"sentence number {i}" for i in range(200)],
-        [f"句子{i}号" for i in range(200)],
-        dataclasses.replace(cfg.tokenizer, vocab_size=300, character_coverage=1.0),
-    )
+    cfg, tokenizers, _ = checkpoint_parts()
     vocab = tokenizers.source.vocab_size
     paths = RunPaths.of(tmp_path)
     models = []

@@ -2,16 +2,12 @@
 
 import pytest
 import torch
-from conftest import lively_model, random_source
+from conftest import lively_model, random_source, unpadded
 from reference_search import reference_beam_search
 
 from attn_cli.data.batching import Example, collate
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search, sampler
-
-
-def _unpadded(src: torch.Tensor, row: int) -> torch.Tensor:
-    return src[row][src[row] != 0]
 
 
 def _assert_same_hypotheses(batched, reference):
@@ -28,7 +24,7 @@ def test_batched_beam_search_equals_the_reference_search(seed, beam_size, alpha)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     batched = beam_search(model, src, beam_size, alpha, max_len_a=1.0, max_len_b=5, n_best=beam_size)
     for row in range(src.shape[0]):
-        reference = reference_beam_search(model, _unpadded(src, row), beam_size, alpha, 1.0, 5, beam_size)
+        reference = reference_beam_search(model, unpadded(src, row), beam_size, alpha, 1.0, 5, beam_size)
         _assert_same_hypotheses(batched[row], reference)
     assert len({len(hypotheses[0].tokens) for hypotheses in batched}) > 1, "sentences should end at different lengths"
 
@@ -40,7 +36,7 @@ def test_beam_search_over_the_cache_equals_the_reference_search_with_relative_po
     src = random_source(3, 8, lengths=[8, 3, 6])
     batched = beam_search(model, src, 3, 0.6, max_len_a=1.0, max_len_b=5, n_best=3)
     for row in range(src.shape[0]):
-        _assert_same_hypotheses(batched[row], reference_beam_search(model, _unpadded(src, row), 3, 0.6, 1.0, 5, 3))
+        _assert_same_hypotheses(batched[row], reference_beam_search(model, unpadded(src, row), 3, 0.6, 1.0, 5, 3))
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,5 +1,7 @@
 """attn eval --by-length: scores per source-length bucket, stutter and broken characters."""
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 
@@ -51,8 +53,9 @@ def test_attn_eval_prints_the_table_by_length(trained_run, tmp_path):
         "I am here.\nThe man you see over there is my uncle and he lives in a big house.\n", encoding="utf-8"
     )
     ref.write_text("我在这里。\n你在那儿看到的那个人是我叔叔，他住在一座大房子里。\n", encoding="utf-8")
+    run = shutil.copytree(trained_run, tmp_path / "run")  # eval writes its hypotheses beside the checkpoint
     result = CliRunner().invoke(
-        app, ["eval", "--run", str(trained_run), "--src", str(src), "--ref", str(ref), "--by-length", "--beam", "1"]
+        app, ["eval", "--run", str(run), "--src", str(src), "--ref", str(ref), "--by-length", "--beam", "1"]
     )
     assert result.exit_code == 0, result.output
     table = [line for line in result.stdout.splitlines() if line.startswith("| ")]

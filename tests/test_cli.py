@@ -2,11 +2,12 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
@@ -96,17 +97,18 @@ def test_an_interrupted_output_leaves_the_file_as_it_was(tmp_path):
 
 
 def test_eval_scores_the_test_split_and_any_file_pair(trained_run, tmp_path):
-    result = invoke("eval", "--bleu", "--run", str(trained_run))
+    run = shutil.copytree(trained_run, tmp_path / "run")  # eval writes its hypotheses beside the checkpoint
+    result = invoke("eval", "--bleu", "--run", str(run))
     assert result.exit_code == 0, result.output
     assert "BLEU = " in result.stdout and "tok:zh" in result.stdout and "chrF = " in result.stdout
-    hypotheses = trained_run / "checkpoints" / "best.test.en.hyp"
-    assert len(hypotheses.read_text().splitlines()) == len((trained_run / "data/test.en").read_text().splitlines())
+    hypotheses = run / "checkpoints" / "best.test.en.hyp"
+    assert len(hypotheses.read_text().splitlines()) == len((run / "data/test.en").read_text().splitlines())
 
     # Scoring the references against themselves through --src/--ref must not be mistaken for it.
     src, ref = tmp_path / "s.en", tmp_path / "r.zh"
     src.write_text("Hello.\nThank you.\n")
     ref.write_text("你好。\n谢谢。\n")
-    custom = invoke("eval", "--run", str(trained_run), "--src", str(src), "--ref", str(ref))
+    custom = invoke("eval", "--run", str(run), "--src", str(src), "--ref", str(ref))
     assert custom.exit_code == 0, custom.output
     assert "BLEU = " in custom.stdout
 
@@ -148,24 +150,19 @@ def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
         return real_step(self, batch)
 
     monkeypatch.setattr(Trainer, "train_step", interrupted_at_step_7)
-    monkeypatch.chdir(REPO)
-    result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}")
+    result = train_tiny(tmp_path)
     assert result.exit_code == 2
     assert f"the last checkpoint is in {tmp_path / 'checkpoints' / 'last.pt'}" in result.output
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt").step == 7
 
 
-def test_training_into_a_finished_run_is_refused(trained_run):
-    best = (trained_run / "checkpoints" / "best.pt").read_bytes()
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        result = invoke("train", "--config", "configs/tiny.yaml", "--set", f"run_dir={trained_run}")
-    finally:
-        os.chdir(cwd)
+def test_training_into_a_finished_run_is_refused(trained_run, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run")  # were it not refused, the training would replace it
+    best = (run / "checkpoints" / "best.pt").read_bytes()
+    result = train_tiny(run)
     assert result.exit_code == 2
     assert "already holds checkpoints" in result.output and "--set run_dir=" in result.output
-    assert (trained_run / "checkpoints" / "best.pt").read_bytes() == best
+    assert (run / "checkpoints" / "best.pt").read_bytes() == best
 
 
 # --- translate: output formats, n-best, stdin, attention; eval with decode flags ---------------------
@@ -335,7 +332,8 @@ def test_an_attention_layer_the_model_lacks_is_a_one_line_error(varied_checkpoin
 
 
 def test_eval_with_greedy_decoding_scores_what_translate_gives(trained_run, varied_checkpoint, tmp_path):
-    result = invoke("eval", "--run", str(trained_run), "--beam", "1")
+    run = shutil.copytree(trained_run, tmp_path / "run")  # eval writes its hypotheses beside the checkpoint
+    result = invoke("eval", "--run", str(run), "--beam", "1")
     assert result.exit_code == 0, result.output
     assert "BLEU = " in result.stdout and "chrF = " in result.stdout
 
@@ -483,28 +481,26 @@ def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatc
 
     real_loss = training_step.projected_label_smoothed_loss
     monkeypatch.setattr(training_step, "projected_label_smoothed_loss", lambda *args: real_loss(*args) * float("inf"))
-    monkeypatch.chdir(REPO)
-    result = invoke(
-        "train", "--config", "configs/tiny.yaml", "--set", f"run_dir={tmp_path}", "--set", "train.max_nonfinite_steps=3"
-    )
+    result = train_tiny(tmp_path, "train.max_nonfinite_steps=3")
     assert result.exit_code == 2
     assert "3 steps in a row had a non-finite loss" in result.output and "lower train.lr" in result.output
     assert "Traceback" not in result.output
 
 
-def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run):
-    too_many = invoke("average", "--run", str(trained_run), "--last", "2")
+def test_average_writes_a_checkpoint_that_translate_accepts_and_refuses_too_few(trained_run, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run")  # the average is written into the run
+    too_many = invoke("average", "--run", str(run), "--last", "2")
     assert too_many.exit_code == 2
     assert "--last 2 needs 2 step checkpoints" in too_many.output and "holds 1 (step-000040.pt)" in too_many.output
     assert "train.keep_last" in too_many.output
 
-    result = invoke("average", "--run", str(trained_run), "--last", "1")
+    result = invoke("average", "--run", str(run), "--last", "1")
     assert result.exit_code == 0, result.output
-    averaged = trained_run / "checkpoints" / "average-last1.pt"
+    averaged = run / "checkpoints" / "average-last1.pt"
     translated = invoke("translate", "--checkpoint", str(averaged), "Hello.")
     assert translated.exit_code == 0, translated.output
     # One checkpoint averaged is that checkpoint: the same translation as step 40's own.
-    own = invoke("translate", "--checkpoint", str(trained_run / "checkpoints" / "step-000040.pt"), "Hello.")
+    own = invoke("translate", "--checkpoint", str(run / "checkpoints" / "step-000040.pt"), "Hello.")
     assert translated.stdout == own.stdout
 
 
@@ -545,7 +541,7 @@ def test_a_second_training_in_a_run_directory_in_use_is_refused_with_the_holders
 
 def test_a_run_directory_that_cannot_be_one_is_a_one_line_error(tmp_path):
     (tmp_path / "a-file").write_text("not a directory\n")
-    result = invoke("train", "--config", "tiny.yaml", "--set", f"run_dir={tmp_path / 'a-file'}")
+    result = train_tiny(tmp_path / "a-file")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"run_dir: {tmp_path / 'a-file'} cannot be a run directory: File exists; give another path" in result.output
 
@@ -576,19 +572,7 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half a file")
-    result = invoke(
-        "train",
-        "--config",
-        "tiny.yaml",
-        "--set",
-        f"run_dir={tmp_path}",
-        "--set",
-        "train.max_steps=20",
-        "--set",
-        "train.valid_every=10",
-        "--set",
-        "train.keep_last=2",
-    )
+    result = train_tiny(tmp_path, "train.max_steps=20", "train.valid_every=10", "train.keep_last=2")
     assert result.exit_code == 0, result.output
     assert sorted(set(saved_steps)) == [10, 20]
     # last.pt, which marks a validation as done for a resume, comes after the validation's other files.

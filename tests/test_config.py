@@ -3,11 +3,9 @@
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from attn_cli.config import ConfigError, DecodeConfig, builtin_configs, find_config, load_config
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 CORPUS = "data:\n  corpus:\n    path: corpus.tsv\n"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_examples
 
 from attn_cli.config import CorpusConfig, DataConfig
 from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
@@ -420,14 +421,9 @@ def test_collate_shapes_markers_padding_and_indices() -> None:
     assert batch.to("cpu").src.tolist() == batch.src.tolist()
 
 
-def random_examples(count: int, seed: int = 0) -> list[Example]:
+def sentence_examples(count: int) -> list[Example]:
     """Random lengths 1-60, target length close to source length as in real sentence pairs."""
-    rng = random.Random(seed)
-    examples = []
-    for i in range(count):
-        src_len = rng.randint(1, 60)
-        examples.append(Example(i, [5] * src_len, [6] * max(1, src_len + rng.randint(-4, 4))))
-    return examples
+    return random_examples(count, lengths=(1, 60), target_offsets=(-4, 4))
 
 
 def padded_cost(examples: list[Example], batch: list[int]) -> int:
@@ -461,7 +457,7 @@ def _plain_python_plan(examples, max_tokens, shuffle, seed=0, epoch=0) -> list[l
 
 
 def test_token_batches_plan_as_the_plain_python_batcher() -> None:
-    examples = random_examples(700)
+    examples = sentence_examples(700)
     for shuffle, seed, epoch, budget in [(False, 0, 0, 300), (True, 1, 0, 300), (True, 1, 3, 1000), (True, 7, 2, 64)]:
         assert _plan(examples, budget, shuffle, seed, epoch) == _plain_python_plan(
             examples, budget, shuffle, seed, epoch
@@ -469,7 +465,7 @@ def test_token_batches_plan_as_the_plain_python_batcher() -> None:
 
 
 def test_token_batches_cover_all_within_budget() -> None:
-    examples = random_examples(500) + [Example(500, [5] * 300, [6] * 2)]  # alone exceeds the budget
+    examples = sentence_examples(500) + [Example(500, [5] * 300, [6] * 2)]  # alone exceeds the budget
     for shuffle in (False, True):
         batches = _plan(examples, 256, shuffle, seed=1)
         assert sorted(i for batch in batches for i in batch) == list(range(len(examples)))
@@ -479,7 +475,7 @@ def test_token_batches_cover_all_within_budget() -> None:
 
 
 def test_token_batches_sorted_order_without_shuffle() -> None:
-    examples = random_examples(200)
+    examples = sentence_examples(200)
     batches = _plan(examples, 300, shuffle=False)
     flat = [i for batch in batches for i in batch]
     keys = [(len(examples[i].src), len(examples[i].tgt)) for i in flat]
@@ -487,7 +483,7 @@ def test_token_batches_sorted_order_without_shuffle() -> None:
 
 
 def test_token_batches_pad_less_than_random_batching() -> None:
-    examples = random_examples(600)
+    examples = sentence_examples(600)
     rng = random.Random(0)
     shuffled = list(range(len(examples)))
     rng.shuffle(shuffled)
@@ -503,7 +499,7 @@ def test_token_batches_pad_less_than_random_batching() -> None:
 
 
 def test_token_batches_repeatable_per_epoch() -> None:
-    examples = random_examples(300)
+    examples = sentence_examples(300)
     first = _plan(examples, 300, shuffle=True, seed=5, epoch=0)
     assert _plan(examples, 300, shuffle=True, seed=5, epoch=0) == first
     assert _plan(examples, 300, shuffle=True, seed=5, epoch=1) != first

@@ -12,9 +12,8 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import REPO, small_model
+from conftest import REPO, parameters_of, small_model, tiny_config
 
-from attn_cli.config import load_config
 from attn_cli.data.batching import Example, collate
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
 from attn_cli.training.guards import TrainingInterrupted
@@ -50,18 +49,10 @@ RESUME = [
 ]
 
 
-def tiny_config(run_dir, overrides):
-    return load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={run_dir}", *overrides])
-
-
 def run_trainer(cfg, ranks=SINGLE_PROCESS, resume=False):
     trainer = Trainer(setup_training(cfg, TrainingDisplay(quiet=True), resume=resume, ranks=ranks))
     trainer.run()
     return trainer
-
-
-def parameters_of(model):
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
 def step_examples():
@@ -116,10 +107,10 @@ def _worker(rank, port, out):
         parameters, loss = sgd_step(ranks, STEP_BATCHES)
         torch.save({"parameters": parameters, "loss": loss}, out / f"sgd-rank{rank}.pt")
 
-        trainer = run_trainer(tiny_config(out / "equivalence", EQUIVALENCE), ranks)
+        trainer = run_trainer(tiny_config(*EQUIVALENCE, run_dir=out / "equivalence"), ranks)
         torch.save(parameters_of(trainer.setup.model), out / f"equivalence-rank{rank}.pt")
 
-        run_trainer(tiny_config(out / "straight", [*RESUME, "train.max_steps=8"]), ranks)
+        run_trainer(tiny_config(*RESUME, "train.max_steps=8", run_dir=out / "straight"), ranks)
 
         real_step = Trainer.train_step
 
@@ -130,7 +121,7 @@ def _worker(rank, port, out):
 
         Trainer.train_step = terminated_during_step_3
         try:
-            run_trainer(tiny_config(out / "resumed", [*RESUME, "train.max_steps=8"]), ranks)
+            run_trainer(tiny_config(*RESUME, "train.max_steps=8", run_dir=out / "resumed"), ranks)
             raise AssertionError("the run should have stopped on SIGTERM")
         except TrainingInterrupted:
             pass
@@ -143,7 +134,7 @@ def _worker(rank, port, out):
             out / f"stopped-rank{rank}.pt",
         )
         ranks.gather(None)  # rank 0 has written last.pt before anyone resumes from it
-        run_trainer(tiny_config(out / "resumed", [*RESUME, "train.max_steps=8"]), ranks, resume=True)
+        run_trainer(tiny_config(*RESUME, "train.max_steps=8", run_dir=out / "resumed"), ranks, resume=True)
 
         # A validation loss that never improves: rank 0 alone decides to stop early, at step 4.
         real_loss = Trainer.validation_loss
@@ -151,13 +142,11 @@ def _worker(rank, port, out):
         try:
             trainer = run_trainer(
                 tiny_config(
-                    out / "early",
-                    [
-                        *RESUME,
-                        "train.max_steps=20",
-                        "train.valid_every=2",
-                        "train.early_stopping={metric: loss, patience: 1}",
-                    ],
+                    *RESUME,
+                    "train.max_steps=20",
+                    "train.valid_every=2",
+                    "train.early_stopping={metric: loss, patience: 1}",
+                    run_dir=out / "early",
                 ),
                 ranks,
             )
@@ -205,7 +194,7 @@ def test_two_processes_train_identical_weights_equal_to_one_process(
     assert all(torch.equal(rank0[name], rank1[name]) for name in rank0), "the processes' weights diverged"
 
     monkeypatch.chdir(REPO)
-    single = run_trainer(tiny_config(tmp_path / "single", EQUIVALENCE))
+    single = run_trainer(tiny_config(*EQUIVALENCE, run_dir=tmp_path / "single"))
     assert single.state.step == 4
     for name, tensor in parameters_of(single.setup.model).items():
         torch.testing.assert_close(

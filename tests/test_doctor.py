@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import REPO, tiny_config
 from typer.testing import CliRunner
 
 import attn_cli.model.attention as attention_module
@@ -154,12 +154,11 @@ def test_a_step_that_cannot_fit_the_memory_given_fails_with_the_advice(tmp_path)
 
 
 def test_the_estimate_shrinks_with_each_piece_of_advice():
-    from attn_cli.config import load_config
     from attn_cli.training.memory import estimate_step_memory
 
     def total(*overrides):
-        cfg = load_config(
-            TINY, ["data.max_source_tokens=256", "data.max_target_tokens=256", "train.max_tokens=8192", *overrides]
+        cfg = tiny_config(
+            "data.max_source_tokens=256", "data.max_target_tokens=256", "train.max_tokens=8192", *overrides
         )
         return estimate_step_memory(cfg, 1000, 1000, cfg.train.precision, "cpu").total
 

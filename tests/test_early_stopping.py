@@ -2,12 +2,10 @@
 "best" has one rule, shared by best.pt and early stopping."""
 
 import pytest
-from conftest import REPO
-from typer.testing import CliRunner
+from conftest import tiny_config, train_tiny
 
 from attn_cli.checkpoint import Checkpoint
-from attn_cli.cli.app import app
-from attn_cli.config import ConfigError, EarlyStoppingConfig, TrainConfig, load_config
+from attn_cli.config import ConfigError, EarlyStoppingConfig, TrainConfig
 from attn_cli.training.state import TrainState, best_metric
 
 
@@ -91,31 +89,17 @@ def test_a_checkpoint_of_the_earlier_format_keeps_its_early_stopping_count():
 
 def test_bleu_early_stopping_needs_validation_bleu():
     with pytest.raises(ConfigError, match=r"train\.early_stopping\.metric: 'bleu' needs train\.valid_bleu: true"):
-        load_config(REPO / "configs" / "tiny.yaml", ["train.valid_bleu=false", "train.early_stopping={patience: 2}"])
+        tiny_config("train.valid_bleu=false", "train.early_stopping={patience: 2}")
     with pytest.raises(ConfigError, match=r"train\.early_stopping\.patience: 0 must be >= 1"):
-        load_config(REPO / "configs" / "tiny.yaml", ["train.early_stopping={metric: loss, patience: 0}"])
+        tiny_config("train.early_stopping={metric: loss, patience: 0}")
 
 
 def test_training_stops_once_validation_stops_improving(tmp_path, monkeypatch):
     from attn_cli.training.trainer import Trainer
 
     monkeypatch.setattr(Trainer, "validation_loss", lambda self: 4.0)  # a plateau from the first validation
-    monkeypatch.chdir(REPO)
-    result = CliRunner().invoke(
-        app,
-        [
-            "train",
-            "--config",
-            "configs/tiny.yaml",
-            "--set",
-            f"run_dir={tmp_path}",
-            "--set",
-            "train.valid_every=5",
-            "--set",
-            "train.valid_bleu=false",
-            "--set",
-            "train.early_stopping={metric: loss, patience: 2}",
-        ],
+    result = train_tiny(
+        tmp_path, "train.valid_every=5", "train.valid_bleu=false", "train.early_stopping={metric: loss, patience: 2}"
     )
     assert result.exit_code == 0, result.output
     assert "early stopping: validation loss has not improved for 2 validations" in result.output

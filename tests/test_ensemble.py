@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model
+from conftest import lively_model, random_source, small_model, unpadded
 from reference_search import reference_beam_search
 
 from attn_cli.checkpoint import require_shared_tokenizers
@@ -82,9 +82,7 @@ def test_ensemble_beam_search_equals_the_reference_search(prefix, beam_size, alp
     forced = torch.tensor([list(prefix)] * 4, dtype=torch.long)
     batched = beam_search(ensemble, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=forced)
     for row in range(src.shape[0]):
-        reference = reference_beam_search(
-            ensemble, src[row][src[row] != 0], beam_size, alpha, 1.0, 6, beam_size, prefix
-        )
+        reference = reference_beam_search(ensemble, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, prefix)
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
         assert [h.score for h in batched[row]] == pytest.approx([h.score for h in reference], abs=1e-4)
 

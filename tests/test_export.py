@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+from conftest import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
@@ -90,42 +91,18 @@ def test_a_float32_export_searches_like_attn(tmp_path, variant):
 @pytest.fixture(scope="module")
 def post_ln_run(tmp_path_factory):
     """A tiny trained run with the other choices: post-LN, learned positions, separate vocabularies."""
-    import os
-
-    from conftest import REPO
-
     run = tmp_path_factory.mktemp("post-ln")
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        result = CliRunner().invoke(
-            app,
-            [
-                "train",
-                "--config",
-                "configs/tiny.yaml",
-                "--set",
-                f"run_dir={run}",
-                "--set",
-                "model.norm=post",
-                "--set",
-                "model.positions=learned",
-                "--set",
-                "tokenizer.joint=false",
-                "--set",
-                "model.share_embeddings=false",
-                "--set",
-                "tokenizer.vocab_size=1500",
-                "--set",
-                "train.valid_bleu=false",
-                "--set",
-                "train.max_steps=30",
-                "--set",
-                "train.valid_every=30",
-            ],
-        )
-    finally:
-        os.chdir(cwd)
+    result = train_tiny(
+        run,
+        "model.norm=post",
+        "model.positions=learned",
+        "tokenizer.joint=false",
+        "model.share_embeddings=false",
+        "tokenizer.vocab_size=1500",
+        "train.valid_bleu=false",
+        "train.max_steps=30",
+        "train.valid_every=30",
+    )
     assert result.exit_code == 0, result.output
     return run
 

@@ -1,32 +1,26 @@
 """train.init_from: a new run that starts from another run's weights and tokenizer, and from nothing else."""
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import REPO
+from conftest import tiny_config
 
 from attn_cli.checkpoint import load_checkpoint
-from attn_cli.config import ConfigError, load_config
+from attn_cli.config import ConfigError
 from attn_cli.data.batching import collate, token_batches
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
 
 
-def tiny(run_dir: Path, *settings: str):
-    return load_config(REPO / "configs" / "tiny.yaml", [f"run_dir={run_dir}", *settings])
-
-
 def test_a_fine_tuned_run_starts_from_exactly_the_checkpoint_with_a_new_optimizer(trained_run, tmp_path):
     base = load_checkpoint(trained_run / "checkpoints" / "best.pt")
     # Another slice of the corpus and another seed: the data is the new run's own.
-    cfg = tiny(
-        tmp_path / "fine",
+    cfg = tiny_config(
         f"train.init_from={trained_run}",
         "data.max_pairs=400",
         "data.split_seed=5",
         "train.seed=9",
         "tokenizer.vocab_size=1000",
+        run_dir=tmp_path / "fine",
     )
     setup = setup_training(cfg, TrainingDisplay(quiet=True))
     assert setup.tokenizers.source.model_proto == base.tokenizers.source.model_proto, "the tokenizer is not retrained"
@@ -45,7 +39,7 @@ def test_a_fine_tuned_run_starts_from_exactly_the_checkpoint_with_a_new_optimize
     "setting, key", [("model.d_model=64", "model.d_model"), ("tokenizer.vocab_size=2000", "tokenizer.vocab_size")]
 )
 def test_a_model_or_tokenizer_setting_that_differs_is_refused_by_its_key(trained_run, tmp_path, setting, key):
-    cfg = tiny(tmp_path / "fine", f"train.init_from={trained_run}", setting)
+    cfg = tiny_config(f"train.init_from={trained_run}", setting, run_dir=tmp_path / "fine")
     with pytest.raises(ConfigError) as refused:
         setup_training(cfg, TrainingDisplay(quiet=True))
     assert refused.value.key == key and "train.init_from" in str(refused.value)
@@ -54,5 +48,6 @@ def test_a_model_or_tokenizer_setting_that_differs_is_refused_by_its_key(trained
 
 def test_a_missing_starting_point_is_named(tmp_path):
     with pytest.raises(ConfigError, match="does not exist") as refused:
-        setup_training(tiny(tmp_path / "fine", f"train.init_from={tmp_path / 'nowhere'}"), TrainingDisplay(quiet=True))
+        cfg = tiny_config(f"train.init_from={tmp_path / 'nowhere'}", run_dir=tmp_path / "fine")
+        setup_training(cfg, TrainingDisplay(quiet=True))
     assert refused.value.key == "train.init_from"

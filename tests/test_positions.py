@@ -2,11 +2,10 @@
 
 import pytest
 import torch
-from conftest import small_model
+from conftest import reversal_batch, small_model
 
 from attn_cli.model.attention import MultiHeadAttention, causal_mask
 from attn_cli.model.positions import RelativePositionBias, RotaryPositions, relative_buckets
-from attn_cli.vocab import BOS_ID, EOS_ID
 
 
 def test_buckets_match_a_table_computed_by_hand():
@@ -60,16 +59,6 @@ def test_the_fused_kernel_and_the_explicit_formula_agree_with_relative_positions
     assert torch.all(weights[0, 0].triu(diagonal=1) == 0), "the bias leaves the causal mask whole"
 
 
-def reversal_batch(generator: torch.Generator, batch: int = 32, length: int = 6, vocab: int = 12):
-    """Sources of random tokens 4..vocab-1 ending in EOS; the target is the source reversed."""
-    tokens = torch.randint(4, vocab, (batch, length), generator=generator)
-    src = torch.cat([tokens, torch.full((batch, 1), EOS_ID)], dim=1)
-    reversed_tokens = tokens.flip(1)
-    tgt_in = torch.cat([torch.full((batch, 1), BOS_ID), reversed_tokens], dim=1)
-    tgt_out = torch.cat([reversed_tokens, torch.full((batch, 1), EOS_ID)], dim=1)
-    return src, tgt_in, tgt_out
-
-
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
 def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
     """Reversing needs positions: without them the encoder could not tell the tokens' order."""
@@ -80,13 +69,13 @@ def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
     for _ in range(600):
-        src, tgt_in, tgt_out = reversal_batch(generator)
-        loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
+        batch = reversal_batch(generator)
+        loss = torch.nn.functional.cross_entropy(model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     model.eval()
-    src, tgt_in, tgt_out = reversal_batch(torch.Generator().manual_seed(99), batch=200)
+    batch = reversal_batch(torch.Generator().manual_seed(99), batch=200)
     with torch.no_grad():
-        accuracy = (model(src, tgt_in).argmax(-1) == tgt_out).float().mean().item()
+        accuracy = (model(batch.src, batch.tgt_in).argmax(-1) == batch.tgt_out).float().mean().item()
     assert accuracy > 0.95, f"{positions}: {accuracy:.2f} of the reversed tokens right"

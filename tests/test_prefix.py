@@ -10,7 +10,7 @@ all k beams extend it, where the unconstrained beam shared them with other hypot
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model
+from conftest import lively_model, random_source, small_model, unpadded
 from reference_search import reference_beam_search
 
 from attn_cli.config import DecodeConfig
@@ -22,10 +22,6 @@ from attn_cli.decoding.translate import decode_batch
 from attn_cli.vocab import BOS_ID
 
 SHORT = dict(max_len_a=1.0, max_len_b=6)
-
-
-def _unpadded(src: torch.Tensor, row: int) -> torch.Tensor:
-    return src[row][src[row] != 0]
 
 
 def _prefix(rows: int, tokens: list[int]) -> torch.Tensor:
@@ -62,7 +58,7 @@ def test_a_prefix_of_the_greedy_output_gives_that_output_again(seed):
     unconstrained = greedy_search(model, src, **SHORT)
     tested = 0
     for row in range(src.shape[0]):
-        source = _unpadded(src, row)[None]
+        source = unpadded(src, row)[None]
         (best,) = unconstrained[row]
         for k in range(1, len(best.tokens) + 1):
             (found,) = greedy_search(model, source, **SHORT, prefix=torch.tensor([best.tokens[:k]]))[0]
@@ -82,9 +78,7 @@ def test_beam_search_from_a_prefix_equals_the_reference_search(seed, beam_size, 
     prefix = [11, 23]
     batched = beam_search(model, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=_prefix(4, prefix))
     for row in range(src.shape[0]):
-        reference = reference_beam_search(
-            model, _unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix)
-        )
+        reference = reference_beam_search(model, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix))
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
         for ours, theirs in zip(batched[row], reference):
             assert ours.score == pytest.approx(theirs.score, abs=1e-4)

@@ -1,9 +1,8 @@
 """The repository stands on its own: nothing in it points outside it."""
 
 import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def test_no_tracked_file_points_at_a_shared_folder_beside_the_repository():

@@ -5,7 +5,7 @@ import random
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model
+from conftest import hello_tokenizers, lively_model, random_source, small_model
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
@@ -100,14 +100,7 @@ def test_a_forced_prefix_counts_as_output():
 
 
 def test_the_tokenizer_s_texts():
-    from attn_cli.config import TokenizerConfig
-    from attn_cli.data.tokenizer import train_tokenizers
-
-    tokenizers = train_tokenizers(
-        ["hello world"] * 20,
-        ["你好世界"] * 20,
-        TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True),
-    )
+    tokenizers = hello_tokenizers()
     target = tokenizers.target
     texts = target.piece_texts()
     assert texts[:4] == [None] * 4, "padding, <unk>, BOS and EOS write nothing"

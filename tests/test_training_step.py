@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-from conftest import small_model
+from conftest import parameters_of, random_examples, small_model
 
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import collate
 from attn_cli.training import step as training_step
 from attn_cli.training.precision import resolve_precision
 from attn_cli.training.state import load_optimizer_state
@@ -30,25 +30,6 @@ def make_step(model, precision="fp32"):
     return TrainingStep(
         model, TrainingObjective(model, 0.1), optimizer, scheduler, chosen.grad_scaler(CPU), chosen, CPU, clip_norm=1.0
     )
-
-
-def random_examples(count, seed):
-    generator = torch.Generator().manual_seed(seed)
-    examples = []
-    for index in range(count):
-        length = int(torch.randint(2, 9, (1,), generator=generator))
-        examples.append(
-            Example(
-                index,
-                torch.randint(4, 50, (length,), generator=generator).tolist(),
-                torch.randint(4, 50, (length + 1,), generator=generator).tolist(),
-            )
-        )
-    return examples
-
-
-def parameters_of(model):
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
 def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import random_source
+from conftest import hello_tokenizers, random_source
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
@@ -109,21 +109,10 @@ def test_a_model_drawn_to_bytes_writes_valid_utf8_only_under_the_constraint(beam
 
 
 def test_the_tokenizer_s_byte_pieces_are_found(tmp_path):
-    from attn_cli.config import TokenizerConfig
-    from attn_cli.data.tokenizer import train_tokenizers
-
-    tokenizers = train_tokenizers(
-        ["hello world"] * 20,
-        ["你好世界"] * 20,
-        TokenizerConfig(vocab_size=273, character_coverage=1.0, byte_fallback=True),
-    )
+    tokenizers = hello_tokenizers()
     constraint = Utf8Constraint.for_tokenizer(tokenizers.target)
     assert constraint is not None
     assert (constraint.byte_of_piece >= 0).sum() == 256
     assert constraint.byte_of_piece[tokenizers.target.piece_to_id("<0xE4>")] == 0xE4
-    without = train_tokenizers(
-        ["hello world"] * 20,
-        ["你好世界"] * 20,
-        TokenizerConfig(vocab_size=16, character_coverage=1.0, byte_fallback=False),
-    )
+    without = hello_tokenizers(vocab_size=16, byte_fallback=False)
     assert Utf8Constraint.for_tokenizer(without.target) is None
