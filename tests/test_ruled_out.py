@@ -23,6 +23,14 @@ class ForbidsAllAfter:
         return log_probs
 
 
+class ForbidsRowOne:
+    """A rule that forbids every next token of row 1, EOS included."""
+
+    def restrict(self, log_probs, history, steps_left):
+        log_probs[1] = float("-inf")
+        return log_probs
+
+
 def searches(model, src):
     rule = [ForbidsAllAfter()]
     generator = torch.Generator().manual_seed(3)
@@ -52,9 +60,6 @@ def test_the_ending_keeps_the_eos_probability_it_had():
     log_probs = torch.randn(3, 10).log_softmax(dim=-1)
     before = log_probs[:, EOS_ID].clone()
     history = torch.tensor([[2, 5], [2, 6], [2, 7]])
-    rule = type(
-        "ForbidsRowOne", (), {"restrict": lambda self, lp, h, s: lp.index_fill_(0, torch.tensor([1]), -math.inf)}
-    )
-    restricted = restrict_next_tokens(log_probs.clone(), history, torch.tensor([4, 4, 4]), 0, [rule()])
+    restricted = restrict_next_tokens(log_probs.clone(), history, torch.tensor([4, 4, 4]), 0, [ForbidsRowOne()])
     assert restricted[1, EOS_ID] == before[1] and torch.isneginf(restricted[1]).sum() == 9
     assert torch.equal(restricted[[0, 2]], log_probs[[0, 2]]), "rows with a choice are left as they were"
