@@ -13,6 +13,7 @@ from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
+from attn_cli.translator import load_for_decoding
 
 
 @decoding.decoding_flags("beam_size", "length_penalty", "no_repeat_ngram", "no_stutter", "max_tokens")
@@ -55,7 +56,7 @@ def evaluate(
 
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    loaded = decoding.load_for_decoding(run or [], checkpoint or [], model, device, threads)
+    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     translator = decoding.Translator(
         loaded, decoding.decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags)

@@ -21,9 +21,9 @@ from attn_cli.cli.translator import (
     Translator,
     decode_options,
     decoding_flags,
-    load_for_decoding,
 )
 from attn_cli.errors import UserError
+from attn_cli.translator import load_for_decoding
 
 if TYPE_CHECKING:
     from attn_cli.decoding.io import TranslationWriter
