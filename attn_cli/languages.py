@@ -13,6 +13,15 @@ from __future__ import annotations
 # Burmese, Tibetan.
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 _BLEU_TOKENIZERS = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+# English names of the commonest codes, for what a server or a package shows; others show their code.
+_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English",
+    "es": "Spanish", "fa": "Persian", "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi",
+    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
+    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}  # fmt: skip
 
 
 def primary_subtag(code: str) -> str:
@@ -32,3 +41,8 @@ def joiner(code: str) -> str:
 def bleu_tokenizer(code: str) -> str:
     """sacreBLEU's tokenizer for references in this language."""
     return _BLEU_TOKENIZERS.get(primary_subtag(code), "13a")
+
+
+def name(code: str) -> str:
+    """The language's English name ("zh-CN" -> "Chinese"), or the code itself when it is not known."""
+    return _NAMES.get(primary_subtag(code), code)

@@ -11,6 +11,7 @@ from attn_cli.cli.doctor import doctor
 from attn_cli.cli.eval import evaluate
 from attn_cli.cli.export import export
 from attn_cli.cli.prepare import prepare
+from attn_cli.cli.serve import serve
 from attn_cli.cli.tokenizer import tokenizer
 from attn_cli.cli.train import train
 from attn_cli.cli.translate import translate
@@ -53,6 +54,7 @@ for name, command in [
     ("eval", evaluate),
     ("average", average),
     ("export", export),
+    ("serve", serve),
     ("doctor", doctor),
 ]:
     app.command(name=name)(reports_user_errors(command))

@@ -137,21 +137,37 @@ def render_alignment(
     return Group(Text(f"cross-attention, decoder layer {layer} of {layers}, {which}"), table, Text(legend, style="dim"))
 
 
+def attention_payload(
+    maps: AttentionMaps, source_tokens: Sequence[str], target_tokens: Sequence[str], decimals: int = 6
+) -> dict:
+    """Every weight and token label as plain lists: what `--attention FILE.json` writes and a server sends."""
+    sources, inputs, outputs = _labels(maps, source_tokens, target_tokens)
+    payload = {"source_tokens": sources, "decoder_input_tokens": inputs, "output_tokens": outputs}
+    for kind in KINDS:  # float64 before rounding, so the JSON holds 0.123457 and not 0.12345699965
+        payload[kind] = getattr(maps, kind).double().round(decimals=decimals).tolist()
+    return payload
+
+
+def word_alignment(maps: AttentionMaps) -> list[tuple[int, int]]:
+    """(output token, source token) pairs: each output token (its EOS aside) with the source token
+    (the source's EOS aside) it attends to most in the last decoder layer, averaged over heads,
+    the layer most alignment methods read."""
+    cross = maps.cross[-1].mean(dim=0)[:-1, :-1]  # (heads, T, S) -> (outputs, source tokens)
+    if cross.numel() == 0:
+        return []
+    return [(target, int(source)) for target, source in enumerate(cross.argmax(dim=1).tolist())]
+
+
 def save_attention(
     path: str | Path, maps: AttentionMaps, source_tokens: Sequence[str], target_tokens: Sequence[str]
 ) -> None:
     """Write a heatmap figure if `path` ends in .png, else JSON with every weight and token label."""
     path = Path(path)
-    labels = _labels(maps, source_tokens, target_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".png":
-        _save_png(path, maps, *labels)
+        _save_png(path, maps, *_labels(maps, source_tokens, target_tokens))
         return
-    sources, inputs, outputs = labels
-    payload = {"source_tokens": sources, "decoder_input_tokens": inputs, "output_tokens": outputs}
-    for kind in KINDS:  # float64 before rounding, so the JSON holds 0.123457 and not 0.12345699965
-        payload[kind] = getattr(maps, kind).double().round(decimals=6).tolist()
-    write_whole(path, json.dumps(payload, ensure_ascii=False) + "\n")
+    write_whole(path, json.dumps(attention_payload(maps, source_tokens, target_tokens), ensure_ascii=False) + "\n")
 
 
 def _save_png(path: Path, maps: AttentionMaps, sources: list[str], inputs: list[str], outputs: list[str]) -> None:

@@ -83,3 +83,8 @@ def override_decode(decode: DecodeConfig, given: Mapping[str, Any]) -> DecodeCon
 def flag_names() -> dict[str, Optional[str]]:
     """How the command line names each decode setting in an error: its flag."""
     return {"decode": None, **{f"decode.{option.key}": option.name for option in DECODE_OPTIONS}}
+
+
+def field_names() -> dict[str, Optional[str]]:
+    """How a server's request names each decode setting in an error: its field, the option's key."""
+    return {"decode": None, **{f"decode.{option.key}": option.key for option in DECODE_OPTIONS}}

@@ -1,0 +1,1 @@
+"""attn serve: the HTTP server, its APIs and its page."""

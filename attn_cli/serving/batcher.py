@@ -1,0 +1,220 @@
+"""One model worker per served model: it drains a queue of translation jobs and decodes the sentences
+of concurrent requests together, so that throughput grows with load instead of serialising it.
+
+A request's sentences are one `Job`. The worker takes the oldest job, and while the queue holds fewer
+source tokens than the token budget it waits up to `max_wait` seconds from that job's arrival for
+others; then it decodes every waiting job with the same decoding options, up to the budget, in one
+call of `attn_cli.translator.translate` (which sorts them by length into token-budget batches).
+The wait only happens when the worker has nothing else to do: under load, jobs are already waiting.
+
+The queue holds at most `capacity` sentences: a request that would pass it is refused (`QueueFull`,
+answered 429) rather than letting memory grow. A job whose client went away or timed out is
+cancelled, and the worker skips it if it has not started it. Stopping answers every job already
+accepted before the thread ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+from attn_cli.config import DecodeConfig
+from attn_cli.decoding.translate import Translation
+from attn_cli.serving.models import ServedModel
+from attn_cli.translator import translate
+
+
+class QueueFull(Exception):
+    """The queue has no room for a request's sentences."""
+
+
+@dataclass
+class JobResult:
+    translations: list[Translation]
+    attention: list  # per translation: (AttentionMaps, source pieces, target pieces) or None; [] when not asked
+
+
+@dataclass
+class Job:
+    sentences: list[str]
+    options: DecodeConfig
+    prefixes: Optional[list[str]]  # one per sentence, or None
+    attention: bool  # also take each translation's attention maps
+    tokens: int  # its source tokens: what the token budget counts
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    arrived: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+    def joins(self, other: Job) -> bool:
+        """Whether the two decode in one call: the same options, and no seed (a seeded sample is
+        repeatable only when decoded alone, as `attn translate` would)."""
+        return self.options == other.options and self.options.seed is None
+
+    def answer(self, result: JobResult | None = None, error: BaseException | None = None) -> None:
+        """Resolve the request's future from the worker thread (a no-op if it gave up waiting)."""
+
+        def resolve():
+            if not self.future.done():
+                self.future.set_exception(error) if error is not None else self.future.set_result(result)
+
+        try:
+            self.loop.call_soon_threadsafe(resolve)
+        except RuntimeError:  # the event loop is closed: nobody waits for the answer
+            pass
+
+
+@dataclass
+class BatcherStats:
+    requests: int = 0
+    sentences: int = 0
+    calls: int = 0  # decoding calls: requests / calls is how many requests one call served
+    refused: int = 0  # 429s
+    cancelled: int = 0
+
+
+class Batcher:
+    def __init__(
+        self,
+        served: ServedModel,
+        capacity: int = 1024,
+        max_wait: float = 0.005,
+        token_budget: int = 4000,
+        batching=True,
+    ):
+        self.served, self.capacity, self.max_wait, self.token_budget = served, capacity, max_wait, token_budget
+        self.batching = batching  # False: one request per decoding call, the one-at-a-time baseline
+        self.stats = BatcherStats()
+        self._queue: deque[Job] = deque()
+        self._queued_sentences = 0
+        self._queued_tokens = 0
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"model-worker-{served.name}", daemon=True)
+
+    @property
+    def queued_sentences(self) -> int:
+        return self._queued_sentences
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Accept nothing more, answer every job already queued, end the worker."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        self._thread.join(timeout)
+
+    async def translate(
+        self, sentences: Sequence[str], options: DecodeConfig, prefixes=None, attention=False, timeout=None
+    ) -> JobResult:
+        """The translations of a request's sentences, decoded with whatever else is waiting. Raises
+        QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is dropped if
+        it has not started); a cancelled caller (its client went away) drops its job too."""
+        loop = asyncio.get_running_loop()
+        tokens = sum(len(ids) + 1 for ids in self.served.loaded.tokenizers.source.encode(list(sentences)))
+        job = Job(list(sentences), options, prefixes, attention, tokens, loop.create_future(), loop)
+        self._put(job)
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            job.cancelled = True
+            raise
+
+    def _put(self, job: Job) -> None:
+        with self._changed:
+            if self._stopping or self._queued_sentences + len(job.sentences) > self.capacity:
+                self.stats.refused += 1
+                raise QueueFull(
+                    f"the queue is full ({self._queued_sentences} sentences waiting, room for {self.capacity})"
+                )
+            self._queue.append(job)
+            self._queued_sentences += len(job.sentences)
+            self._queued_tokens += job.tokens
+            self.stats.requests += 1
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            group = self._next_group()
+            if group is None:
+                return
+            if group:
+                self._decode(group)
+
+    def _next_group(self) -> list[Job] | None:
+        """The jobs of the next decoding call ([] when all waiting were cancelled), None once stopped
+        with nothing left."""
+        with self._changed:
+            while not self._queue:
+                if self._stopping:
+                    return None
+                self._changed.wait()
+            if self.batching:
+                deadline = self._queue[0].arrived + self.max_wait
+                while self._queued_tokens < self.token_budget and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._changed.wait(left)
+            group, tokens, kept = [], 0, deque()
+            while self._queue:
+                job = self._queue.popleft()
+                fits = not group or (self.batching and job.joins(group[0]) and tokens + job.tokens <= self.token_budget)
+                if job.cancelled or fits:
+                    self._queued_sentences -= len(job.sentences)
+                    self._queued_tokens -= job.tokens
+                    if job.cancelled:
+                        self.stats.cancelled += 1
+                        continue
+                    group.append(job)
+                    tokens += job.tokens
+                else:
+                    kept.append(job)
+            self._queue = kept
+            return group
+
+    def _decode(self, group: list[Job]) -> None:
+        """Decode the group in one call; if that fails, each job alone, so one bad request (a prefix
+        too long, say) fails by itself."""
+        if len(group) > 1:
+            try:
+                results = self._translate_jobs(group)
+            except Exception:
+                results = None
+            if results is not None:
+                for job, result in zip(group, results):
+                    job.answer(result)
+                return
+        for job in group:
+            try:
+                job.answer(self._translate_jobs([job])[0])
+            except Exception as error:
+                job.answer(error=error)
+
+    def _translate_jobs(self, jobs: list[Job]) -> list[JobResult]:
+        sentences = [sentence for job in jobs for sentence in job.sentences]
+        prefixes = None
+        if any(job.prefixes for job in jobs):
+            prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.sentences))]
+        translations = translate(self.served.loaded, sentences, jobs[0].options, prefixes)
+        self.stats.calls += 1
+        self.stats.sentences += len(sentences)
+        results, start = [], 0
+        for job in jobs:
+            mine = translations[start : start + len(job.sentences)]
+            start += len(job.sentences)
+            results.append(JobResult(mine, [self._attention(t) for t in mine] if job.attention else []))
+        return results
+
+    def _attention(self, translation: Translation):
+        from attn_cli.decoding.attention_view import translation_attention
+
+        loaded = self.served.loaded
+        return translation_attention(loaded.model, loaded.tokenizers, translation)

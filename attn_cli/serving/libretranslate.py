@@ -1,0 +1,121 @@
+"""The LibreTranslate API, so that its clients (browser extensions, chat and forum software,
+localisation tools, `libretranslatepy`) work unchanged: POST /translate, GET /languages,
+POST /detect, with JSON or form fields, answers in its shapes and errors as {"error": "..."}.
+
+/detect answers the served source languages: an attn model translates from one language, so
+"detection" is which of the served sources the text is for, each at equal confidence when several
+are served (attn has no language identifier).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from attn_cli.serving.models import RequestError
+from attn_cli.serving.server import Server, while_connected
+from attn_cli.serving.texts import texts_of
+
+router = APIRouter(tags=["LibreTranslate"])
+
+
+async def request_fields(request: Request) -> dict[str, Any]:
+    """A request's fields from its JSON object, form or query string; RequestError for a body that
+    is not valid UTF-8, not JSON, or not an object."""
+    body = await request.body()
+    fields: dict[str, Any] = dict(request.query_params)
+    if not body:
+        return fields
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestError(f"the body is not valid UTF-8 (byte {error.start}); send UTF-8") from None
+    if content_type == "application/x-www-form-urlencoded":
+        try:
+            fields.update(parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict"))
+        except UnicodeDecodeError:
+            raise RequestError("a form field is not valid UTF-8 once percent-decoded; send UTF-8") from None
+        return fields
+    if content_type == "multipart/form-data":
+        form = await request.form()
+        fields.update({key: value for key, value in form.items() if isinstance(value, str)})
+        return fields
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RequestError(f"the body is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}")
+    if not isinstance(parsed, dict):
+        raise RequestError(f"the body must be a JSON object of fields, not {type(parsed).__name__}")
+    fields.update(parsed)
+    return fields
+
+
+def _server(request: Request) -> Server:
+    return request.app.state.server
+
+
+def _string(fields: dict, key: str, default: str | None = None) -> str:
+    value = fields.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{key}: missing; give a language code (see GET /languages)")
+    return value
+
+
+def _count(fields: dict, key: str) -> int:
+    value = fields.get(key, 0)
+    try:
+        count = int(value) if not isinstance(value, bool) else -1
+    except (TypeError, ValueError):
+        count = -1
+    if count < 0:
+        raise RequestError(f"{key}: {value!r} is not a whole number >= 0")
+    return count
+
+
+@router.post("/translate", summary="Translate text (LibreTranslate)")
+async def translate(request: Request) -> JSONResponse:
+    """Fields: q (a string or a list), source (a code or "auto"), target, format ("text" or
+    "html"), alternatives (how many other translations to add), api_key."""
+    server = _server(request)
+    fields = await request_fields(request)
+    server.check_key(fields.get("api_key"))
+    texts, is_list = texts_of(fields.get("q"))
+    source, target = _string(fields, "source", "auto"), _string(fields, "target")
+    model = server.models.for_languages(source, target)
+    alternatives = _count(fields, "alternatives")
+    given = {}
+    if alternatives:
+        beam = max(model.loaded.config.decode.beam_size, alternatives + 1)
+        given = {"n_best": alternatives + 1, "beam_size": beam}
+    options = server.decode_options(model, given)
+    translated = await while_connected(
+        request, server.translate(model, texts, str(fields.get("format", "text")), options)
+    )
+    answer: dict[str, Any] = {"translatedText": translated.texts if is_list else translated.texts[0]}
+    if alternatives:
+        others = [translated.alternatives(index)[1:] for index in range(len(texts))]
+        answer["alternatives"] = others if is_list else others[0]
+    if source == "auto":
+        detected = [{"confidence": 100.0, "language": model.source} for _ in texts]
+        answer["detectedLanguage"] = detected if is_list else detected[0]
+    return JSONResponse(answer)
+
+
+@router.get("/languages", summary="The languages served (LibreTranslate)")
+async def languages(request: Request) -> JSONResponse:
+    return JSONResponse(_server(request).models.languages())
+
+
+@router.post("/detect", summary="The served source language of a text (LibreTranslate)")
+async def detect(request: Request) -> JSONResponse:
+    server = _server(request)
+    fields = await request_fields(request)
+    server.check_key(fields.get("api_key"))
+    texts_of(fields.get("q"))
+    sources = list(dict.fromkeys(model.source for model in server.models))
+    return JSONResponse([{"confidence": round(100.0 / len(sources), 1), "language": code} for code in sources])
