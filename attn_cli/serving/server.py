@@ -141,6 +141,7 @@ async def while_connected(request, awaitable):
     if work.done():
         return work.result()
     work.cancel()
+    await asyncio.wait({work})  # its job is marked cancelled before the worker can take it
     raise RequestError("the client went away before its translation was ready", 499)
 
 

@@ -1,0 +1,165 @@
+"""attn serve's two APIs in process: the LibreTranslate API answers what attn translate gives, in
+LibreTranslate's shapes; /v1 adds n-best lists, scores, confidence, alignment and attention."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from serving import SENTENCES, reference, save_random_checkpoint, server_of
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from attn_cli.serving.app import create_app  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_random_checkpoint(tmp_path_factory.mktemp("serve") / "model.pt")
+
+
+@pytest.fixture(scope="module")
+def served(checkpoint):
+    server = server_of(checkpoint)
+    with TestClient(create_app(server)) as client:
+        yield server, client
+
+
+def test_translate_answers_what_attn_translate_gives(served):
+    server, client = served
+    expected = [t.texts[0] for t in reference(server, SENTENCES)]
+    assert any(expected), "the random model should say something"
+    for sentence, translation in zip(SENTENCES, expected):
+        answer = client.post("/translate", json={"q": sentence, "source": "en", "target": "zh"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"translatedText": translation}
+    as_list = client.post("/translate", json={"q": SENTENCES, "source": "en", "target": "zh"}).json()
+    assert as_list == {"translatedText": expected}
+
+
+def test_form_fields_answer_as_json_does(served):
+    _, client = served
+    form = client.post("/translate", data={"q": SENTENCES[0], "source": "en", "target": "zh-Hans"})
+    json_body = client.post("/translate", json={"q": SENTENCES[0], "source": "en", "target": "zh"})
+    assert form.status_code == 200 and form.json() == json_body.json()
+
+
+def test_lines_are_translated_one_by_one(served):
+    server, client = served
+    expected = [t.texts[0] for t in reference(server, SENTENCES[:2])]
+    answer = client.post("/translate", json={"q": "\n".join(SENTENCES[:2]), "source": "en", "target": "zh"})
+    assert answer.json()["translatedText"] == "\n".join(expected)
+
+
+def test_auto_source_and_alternatives_are_the_n_best(served):
+    server, client = served
+    best = reference(server, SENTENCES[:1], n_best=3, beam_size=5)[0]
+    answer = client.post("/translate", json={"q": SENTENCES[0], "source": "auto", "target": "zh", "alternatives": 2})
+    assert answer.json() == {
+        "translatedText": best.texts[0],
+        "alternatives": best.texts[1:3],
+        "detectedLanguage": {"confidence": 100.0, "language": "en"},
+    }
+
+
+def test_languages_and_detect(served):
+    _, client = served
+    assert client.get("/languages").json() == [
+        {"code": "en", "name": "English", "targets": ["zh"]},
+        {"code": "zh", "name": "Chinese", "targets": []},
+    ]
+    assert client.post("/detect", data={"q": "hello"}).json() == [{"confidence": 100.0, "language": "en"}]
+
+
+def test_html_keeps_tags_and_translates_the_text_between(served):
+    server, client = served
+    document = (
+        '<p class="intro" data-x="1">sentence number 3 <b>number 5</b></p>'
+        "<script>var s = 'sentence number 3';</script><code>number 5</code>"
+    )
+    first, second = (t.texts[0] for t in reference(server, ["sentence number 3", "number 5"]))
+    answer = client.post("/translate", json={"q": document, "source": "en", "target": "zh", "format": "html"})
+    assert answer.json()["translatedText"] == (
+        f'<p class="intro" data-x="1">{first} <b>{second}</b></p>'
+        "<script>var s = 'sentence number 3';</script><code>number 5</code>"
+    )
+
+
+def test_v1_options_are_the_cli_s(served):
+    server, client = served
+    options = {"beam_size": 4, "n_best": 3, "length_penalty": 1.0, "max_len_b": 6}
+    expected = reference(server, SENTENCES[:2], **options)
+    answer = client.post("/v1/translate", json={"q": "\n".join(SENTENCES[:2]), **options}).json()
+    sentences = answer["translations"][0]["sentences"]
+    assert [s["translation"] for s in sentences] == [t.texts[0] for t in expected]
+    for sentence, translation in zip(sentences, expected):
+        assert [n["translation"] for n in sentence["n_best"]] == translation.texts
+        assert [n["score"] for n in sentence["n_best"]] == pytest.approx(translation.scores)
+
+
+def test_v1_prefix_and_sampling_follow_the_cli(served):
+    server, client = served
+    from attn_cli.decoding.options import override_decode
+    from attn_cli.translator import translate
+
+    loaded = next(iter(server.models)).loaded
+    options = override_decode(loaded.config.decode, {"beam_size": 1})
+    expected = translate(loaded, SENTENCES[:1], options, prefixes=["句子"])[0].texts[0]
+    answer = client.post("/v1/translate", json={"q": SENTENCES[0], "beam_size": 1, "prefix": "句子"}).json()
+    assert answer["translations"][0]["translation"] == expected and expected.startswith("句子")
+    sampled = reference(server, SENTENCES[:1], sample=True, seed=7, n_best=2)[0].texts
+    answer = client.post("/v1/translate", json={"q": SENTENCES[0], "sample": True, "seed": 7, "n_best": 2}).json()
+    assert [n["translation"] for n in answer["translations"][0]["sentences"][0]["n_best"]] == sampled
+
+
+def test_confidence_is_the_geometric_mean_of_the_chosen_tokens_probabilities(served):
+    """exp(log P / chosen tokens): the EOS counted, a forced prefix not (it was given, not chosen);
+    the length-normalised score would give another number."""
+    server, client = served
+    for extra in ({}, {"prefix": "句子"}):
+        answer = client.post("/v1/translate", json={"q": SENTENCES[2], "beam_size": 1, **extra}).json()
+        sentence = answer["translations"][0]["sentences"][0]
+        from attn_cli.translator import translate
+
+        loaded = next(iter(server.models)).loaded
+        options = dataclasses.replace(loaded.config.decode, beam_size=1)
+        prefixes = [extra["prefix"]] if extra else None
+        best = translate(loaded, SENTENCES[2:3], options, prefixes)[0].outputs[0][0]
+        given = len(loaded.tokenizers.target.encode(prefixes)[0]) if extra else 0
+        chosen = len(best.tokens) + 1 - given
+        assert sentence["confidence"] == pytest.approx(math.exp(best.log_prob / chosen), rel=1e-5)
+        assert sentence["confidence"] != pytest.approx(math.exp(sentence["score"]), rel=1e-3)
+
+
+def test_alignment_and_attention_have_the_tokens_shapes(served):
+    _, client = served
+    answer = client.post("/v1/translate", json={"q": SENTENCES[3], "alignment": True, "attention": True}).json()
+    sentence = answer["translations"][0]["sentences"][0]
+    attention = sentence["attention"]
+    sources, outputs = attention["source_tokens"], attention["output_tokens"]
+    assert sources[-1] == "</s>" and outputs[-1] == "</s>" and attention["decoder_input_tokens"][0] == "<s>"
+    cross = torch.tensor(attention["cross"])  # (layers, heads, outputs, sources)
+    assert cross.shape[2:] == (len(outputs), len(sources))
+    assert torch.allclose(cross.sum(-1), torch.ones(cross.shape[:3]), atol=1e-3)
+    decoder_self = torch.tensor(attention["decoder_self"])
+    assert torch.all(decoder_self.triu(diagonal=1) == 0), "the decoder's self-attention is causal"
+    # each output token (EOS aside) aligned with the source token (EOS aside) it attends to most
+    mean = cross[-1].mean(0)[:-1, :-1]  # from weights rounded to 4 decimals: a near tie may go either way
+    assert [t for t, _ in sentence["alignment"]] == list(range(len(outputs) - 1))
+    for t, s in sentence["alignment"]:
+        assert mean[t, s] >= mean[t].max() - 1e-4
+    assert sentence["source_tokens"] == sources[:-1] and sentence["target_tokens"] == outputs[:-1]
+
+
+def test_models_health_and_openapi(served):
+    _, client = served
+    models = client.get("/v1/models").json()["models"]
+    assert [(m["name"], m["backend"], m["attention"]) for m in models] == [("en-zh", "pytorch", True)]
+    assert client.get("/health").json()["status"] == "ok"
+    schema = client.get("/openapi.json").json()
+    fields = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    from attn_cli.decoding.options import DECODE_OPTIONS
+
+    assert {o.key for o in DECODE_OPTIONS} - {"max_tokens"} <= set(fields), "every decoding option is a field"
+    assert "max_tokens" not in fields, "the batch budget is the server's"

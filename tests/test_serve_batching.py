@@ -1,0 +1,160 @@
+"""The model worker: concurrent requests are decoded together and answered as if alone; a full queue
+answers 429; a request that timed out or whose client went away is dropped and holds up nobody."""
+
+import asyncio
+import json
+
+import pytest
+from serving import SENTENCES, reference, save_random_checkpoint, server_of
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+from attn_cli.serving.app import create_app  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_random_checkpoint(tmp_path_factory.mktemp("batching") / "model.pt")
+
+
+def _client(app):
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://attn")
+
+
+async def _send_while_stopped(server, bodies, path="/translate"):
+    """Send every body while the worker is not running, then start it: the requests queue up
+    together, as concurrent ones do under load."""
+    async with _client(create_app(server)) as client:
+        sent = [asyncio.ensure_future(client.post(path, json=body)) for body in bodies]
+        while server.batchers["en-zh"].stats.requests < len(bodies):
+            await asyncio.sleep(0.01)
+        server.start()
+        try:
+            return await asyncio.gather(*sent)
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_concurrent_requests_decode_together_and_answer_as_alone(checkpoint, batching):
+    server = server_of(checkpoint, batching=batching)
+    sentences = SENTENCES * 3
+    answers = asyncio.run(_send_while_stopped(server, [{"q": s, "source": "en", "target": "zh"} for s in sentences]))
+    alone = [reference(server, [sentence])[0].texts[0] for sentence in sentences]
+    assert [answer.json()["translatedText"] for answer in answers] == alone
+    stats = server.batchers["en-zh"].stats
+    assert stats.requests == len(sentences)
+    assert stats.calls == (1 if batching else len(sentences)), "batching on: one call; off: one per request"
+
+
+def test_requests_with_other_options_are_decoded_apart(checkpoint):
+    server = server_of(checkpoint)
+    bodies = [{"q": SENTENCES[0], "beam_size": 1}, {"q": SENTENCES[1], "beam_size": 3}, {"q": SENTENCES[2]}]
+    answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
+    for body, answer in zip(bodies, answers):
+        options = {k: v for k, v in body.items() if k != "q"}
+        assert answer.json()["translations"][0]["translation"] == reference(server, [body["q"]], **options)[0].texts[0]
+    assert server.batchers["en-zh"].stats.calls == 3
+
+
+def test_a_bad_request_in_a_batch_fails_alone(checkpoint):
+    server = server_of(checkpoint)
+    too_long = "句子" * 200  # more target tokens than the model can output
+    bodies = [{"q": SENTENCES[0]}, {"q": SENTENCES[1], "prefix": too_long}, {"q": SENTENCES[2]}]
+    answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
+    assert [answer.status_code for answer in answers] == [200, 400, 200]
+    assert "prefix" in answers[1].json()["error"]
+    assert answers[2].json()["translations"][0]["translation"] == reference(server, [SENTENCES[2]])[0].texts[0]
+
+
+def test_a_full_queue_answers_429_and_accepted_requests_are_still_answered(checkpoint):
+    server = server_of(checkpoint, queue_sentences=3)
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+            first = asyncio.ensure_future(client.post("/v1/translate", json={"q": "\n".join(SENTENCES[:3])}))
+            while server.batchers["en-zh"].queued_sentences < 3:
+                await asyncio.sleep(0.01)
+            refused = await client.post("/translate", json={"q": SENTENCES[3], "source": "en", "target": "zh"})
+            server.start()
+            try:
+                return refused, await first
+            finally:
+                server.stop()
+
+    refused, first = asyncio.run(scenario())
+    assert refused.status_code == 429 and "queue is full" in refused.json()["error"]
+    assert first.status_code == 200 and len(first.json()["translations"][0]["sentences"]) == 3
+
+
+def test_a_request_that_times_out_is_dropped(checkpoint):
+    server = server_of(checkpoint, timeout=0.2)
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+            late = await client.post("/translate", json={"q": SENTENCES[0], "source": "en", "target": "zh"})
+            server.start()  # the worker finds the timed-out job cancelled and skips it
+            try:
+                on_time = await client.post("/translate", json={"q": SENTENCES[1], "source": "en", "target": "zh"})
+            finally:
+                server.stop()
+            return late, on_time
+
+    late, on_time = asyncio.run(scenario())
+    assert late.status_code == 503 and "longer than" in late.json()["error"]
+    assert on_time.status_code == 200
+    stats = server.batchers["en-zh"].stats
+    assert (stats.cancelled, stats.sentences) == (1, 1)
+
+
+def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(checkpoint):
+    server = server_of(checkpoint)
+    app = create_app(server)
+
+    async def call_leaving_client(gone):
+        """The raw ASGI call of a client that sends its request, then disconnects."""
+        body = json.dumps({"q": SENTENCES[0], "source": "en", "target": "zh"}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        sent = []
+
+        async def receive():
+            if messages:
+                return messages.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        }  # fmt: skip
+        await app(scope, receive, send)
+        return sent
+
+    async def scenario():
+        gone = asyncio.Event()
+        leaving = asyncio.ensure_future(call_leaving_client(gone))
+        async with _client(app) as client:
+            staying = asyncio.ensure_future(
+                client.post("/translate", json={"q": SENTENCES[1], "source": "en", "target": "zh"})
+            )
+            while server.batchers["en-zh"].stats.requests < 2:
+                await asyncio.sleep(0.01)
+            gone.set()
+            departed = await leaving
+            server.start()
+            try:
+                return departed, await staying
+            finally:
+                server.stop()
+
+    departed, staying = asyncio.run(scenario())
+    assert departed[0]["status"] == 499
+    assert staying.status_code == 200
+    assert staying.json()["translatedText"] == reference(server, [SENTENCES[1]])[0].texts[0]
+    stats = server.batchers["en-zh"].stats
+    assert stats.cancelled == 1 and stats.sentences == 1, "the departed client's sentence was never decoded"
