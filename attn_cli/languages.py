@@ -4,7 +4,8 @@ A code is read by its primary subtag, case aside: `zh`, `ZH`, `zh-CN`, `zh_Hans`
 are all Chinese. Languages written without spaces between words (and sentences) join the parts of a
 split input, and the sentences of a joined training pair, with nothing between them; the others
 with a space. BLEU tokenizes each language as sacreBLEU recommends: by character for Chinese, with
-MeCab for Japanese and Korean, with its 13a tokenizer otherwise.
+MeCab for Japanese and Korean, with its 13a tokenizer otherwise. An English name labels the
+languages of an exported Argos Translate package.
 """
 
 from __future__ import annotations
@@ -32,3 +33,81 @@ def joiner(code: str) -> str:
 def bleu_tokenizer(code: str) -> str:
     """sacreBLEU's tokenizer for references in this language."""
     return _BLEU_TOKENIZERS.get(primary_subtag(code), "13a")
+
+
+# English names by ISO 639-1 code: the languages Argos Translate's packages cover, and more.
+_NAMES = {
+    "af": "Afrikaans",
+    "ar": "Arabic",
+    "az": "Azerbaijani",
+    "be": "Belarusian",
+    "bg": "Bulgarian",
+    "bn": "Bengali",
+    "bo": "Tibetan",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "cy": "Welsh",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "eo": "Esperanto",
+    "es": "Spanish",
+    "et": "Estonian",
+    "eu": "Basque",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "ga": "Irish",
+    "gl": "Galician",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hr": "Croatian",
+    "hu": "Hungarian",
+    "hy": "Armenian",
+    "id": "Indonesian",
+    "is": "Icelandic",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ka": "Georgian",
+    "kk": "Kazakh",
+    "km": "Khmer",
+    "ko": "Korean",
+    "ky": "Kyrgyz",
+    "lo": "Lao",
+    "lt": "Lithuanian",
+    "lv": "Latvian",
+    "mk": "Macedonian",
+    "ms": "Malay",
+    "mt": "Maltese",
+    "my": "Burmese",
+    "nb": "Norwegian Bokmål",
+    "nl": "Dutch",
+    "nn": "Norwegian Nynorsk",
+    "no": "Norwegian",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "sq": "Albanian",
+    "sr": "Serbian",
+    "sv": "Swedish",
+    "sw": "Swahili",
+    "ta": "Tamil",
+    "te": "Telugu",
+    "th": "Thai",
+    "tl": "Tagalog",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "ur": "Urdu",
+    "uz": "Uzbek",
+    "vi": "Vietnamese",
+    "zh": "Chinese",
+}
+
+
+def name(code: str) -> str:
+    """The English name of a code's language ("zh-CN": "Chinese"); the code itself for one attn does not know."""
+    return _NAMES.get(primary_subtag(code), code)
