@@ -121,6 +121,7 @@ INFERENCE = [
     "attn_cli.cli.translate",
     "attn_cli.cli.eval",
     "attn_cli.cli.export",
+    "attn_cli.export.argos",
     "attn_cli.cli.translator",
 ]
 
