@@ -4,7 +4,8 @@ A code is read by its primary subtag, case aside: `zh`, `ZH`, `zh-CN`, `zh_Hans`
 are all Chinese. Languages written without spaces between words (and sentences) join the parts of a
 split input, and the sentences of a joined training pair, with nothing between them; the others
 with a space. BLEU tokenizes each language as sacreBLEU recommends: by character for Chinese, with
-MeCab for Japanese and Korean, with its 13a tokenizer otherwise.
+MeCab for Japanese and Korean, with its 13a tokenizer otherwise. An English name labels the
+languages of an exported Argos Translate package.
 """
 
 from __future__ import annotations
@@ -13,15 +14,6 @@ from __future__ import annotations
 # Burmese, Tibetan.
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 _BLEU_TOKENIZERS = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
-# English names of the commonest codes, for what a server or a package shows; others show their code.
-_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English",
-    "es": "Spanish", "fa": "Persian", "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi",
-    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
-    "zh": "Chinese",
-}  # fmt: skip
 
 
 def primary_subtag(code: str) -> str:
@@ -43,6 +35,79 @@ def bleu_tokenizer(code: str) -> str:
     return _BLEU_TOKENIZERS.get(primary_subtag(code), "13a")
 
 
+# English names by ISO 639-1 code: the languages Argos Translate's packages cover, and more.
+_NAMES = {
+    "af": "Afrikaans",
+    "ar": "Arabic",
+    "az": "Azerbaijani",
+    "be": "Belarusian",
+    "bg": "Bulgarian",
+    "bn": "Bengali",
+    "bo": "Tibetan",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "cy": "Welsh",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "eo": "Esperanto",
+    "es": "Spanish",
+    "et": "Estonian",
+    "eu": "Basque",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "ga": "Irish",
+    "gl": "Galician",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hr": "Croatian",
+    "hu": "Hungarian",
+    "hy": "Armenian",
+    "id": "Indonesian",
+    "is": "Icelandic",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ka": "Georgian",
+    "kk": "Kazakh",
+    "km": "Khmer",
+    "ko": "Korean",
+    "ky": "Kyrgyz",
+    "lo": "Lao",
+    "lt": "Lithuanian",
+    "lv": "Latvian",
+    "mk": "Macedonian",
+    "ms": "Malay",
+    "mt": "Maltese",
+    "my": "Burmese",
+    "nb": "Norwegian Bokmål",
+    "nl": "Dutch",
+    "nn": "Norwegian Nynorsk",
+    "no": "Norwegian",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "sq": "Albanian",
+    "sr": "Serbian",
+    "sv": "Swedish",
+    "sw": "Swahili",
+    "ta": "Tamil",
+    "te": "Telugu",
+    "th": "Thai",
+    "tl": "Tagalog",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "ur": "Urdu",
+    "uz": "Uzbek",
+    "vi": "Vietnamese",
+    "zh": "Chinese",
+}
+
+
 def name(code: str) -> str:
-    """The language's English name ("zh-CN" -> "Chinese"), or the code itself when it is not known."""
+    """The English name of a code's language ("zh-CN": "Chinese"); the code itself for one attn does not know."""
     return _NAMES.get(primary_subtag(code), code)

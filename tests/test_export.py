@@ -238,3 +238,27 @@ def test_outputs_stop_where_the_exported_positions_end(tmp_path):
         search=lambda src: exported.search(src, options),
     )
     assert len(translation.tokens[0]) <= SINUSOIDAL_ROWS - 1
+
+
+def test_an_export_that_predates_add_source_eos_is_given_the_eos(tmp_path):
+    """Exports now have CTranslate2 add the source EOS (as Argos Translate, passing pieces alone,
+    needs); one made before, without the setting, gets it with the source and translates alike."""
+    cfg, tokenizers, model = _random_model(
+        ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
+    )
+    export(cfg, tokenizers, model, tmp_path / "exported", "float32")
+    options = DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=5)
+
+    def translated():
+        exported = load_exported(tmp_path / "exported", threads=1)
+        found = translate_sentences(
+            None, exported.tokenizers, TESTED, options, 63, "zh", search=lambda src: exported.search(src, options)
+        )
+        return exported.adds_source_eos, [t.tokens[0] for t in found]
+
+    adds, tokens = translated()
+    config = tmp_path / "exported" / "config.json"
+    config.write_text(config.read_text().replace('"add_source_eos": true', '"add_source_eos": false'))
+    adds_before, tokens_before = translated()
+    assert adds and not adds_before and tokens == tokens_before
+    assert len({tuple(t) for t in tokens}) >= 5

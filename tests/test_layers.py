@@ -124,6 +124,7 @@ INFERENCE = [
     "attn_cli.cli.translate",
     "attn_cli.cli.eval",
     "attn_cli.cli.export",
+    "attn_cli.export.argos",
     "attn_cli.cli.translator",
     "attn_cli.cli.serve",
     "attn_cli.translator",

@@ -1,7 +1,9 @@
-"""`attn export`: a trained model as a CTranslate2 model directory, for fast serving."""
+"""`attn export`: a trained model as a CTranslate2 model directory, for fast serving, or as an
+Argos Translate package, for Argos Translate and LibreTranslate."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -10,21 +12,41 @@ import typer
 from attn_cli.cli.common import CheckpointOption, RunOption, tell
 
 
+class ExportFormat(str, Enum):
+    ctranslate2 = "ctranslate2"
+    argos = "argos"
+
+
 def export(
     run: Optional[Path] = RunOption,
     checkpoint: Optional[Path] = CheckpointOption,
-    output: Path = typer.Option(..., "--output", "-o", help="The directory to write (new, or empty)."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="The directory to write (new, or empty); with --format argos, the package file (new, FILE.argosmodel).",
+    ),
     quantization: str = typer.Option(
         "int8",
         "--quantization",
         "-q",
         help="Weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float32, float16 or bfloat16.",
     ),
+    export_format: ExportFormat = typer.Option(
+        ExportFormat.ctranslate2,
+        "--format",
+        "-f",
+        help="ctranslate2: a model directory for attn translate/eval --model; "
+        "argos: an .argosmodel package that Argos Translate installs and LibreTranslate serves.",
+    ),
 ) -> None:
-    """Export a trained model to CTranslate2, which decodes it several times faster (int8 on CPUs).
+    """Export a trained model to CTranslate2, which decodes it several times faster (int8 on CPUs), or to Argos.
 
     The directory holds the model, its SentencePiece models and its config: it translates on its
-    own, with `attn translate --model DIR` and `attn eval --model DIR`. Needs the ct2 extra:
+    own, with `attn translate --model DIR` and `attn eval --model DIR`. With --format argos the
+    file is an Argos Translate package of the same model (its SentencePiece model, which must be
+    joint, and a sentence splitter), to install with Python's
+    argostranslate.package.install_from_path(FILE). Needs the ct2 extra:
     pip install "attn-cli[ct2]".
 
     Example:
@@ -34,6 +56,8 @@ def export(
       attn export --checkpoint avg.pt --output exported/en-zh-f32 --quantization float32
 
       attn translate --model exported/en-zh-int8 "I love machine learning"
+
+      attn export --run runs/en-zh --format argos --output exported/en_zh.argosmodel
     """
     # torch and ctranslate2: imported when run, not for --help
     from attn_cli.checkpoint import find_checkpoint, load_checkpoint
@@ -43,5 +67,14 @@ def export(
     import_ctranslate2()  # before any work: without it, say how to install it
     path = find_checkpoint(run, checkpoint)
     loaded = load_checkpoint(path)
+    if export_format is ExportFormat.argos:
+        from attn_cli.export.argos import export_argos
+
+        export_argos(loaded.config, loaded.tokenizers, loaded.model, output, quantization)
+        tell(
+            f"exported {path} ({quantization}) to {output}, an Argos Translate package; install it with "
+            f"argostranslate.package.install_from_path({str(output)!r})"
+        )
+        return
     export_model(loaded.config, loaded.tokenizers, loaded.model, output, quantization)
     tell(f"exported {path} ({quantization}) to {output}; translate with `attn translate --model {output}`")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Optional
 
 BUILTIN_PREFIX = "builtin:"
 # Name -> file under attn_cli/corpora/.
@@ -20,3 +21,11 @@ def corpus_file(path: str) -> str:
         return path
     name = path[len(BUILTIN_PREFIX) :]
     return str(Path(str(resources.files("attn_cli"))) / "corpora" / _CORPORA[name])
+
+
+def corpus_readme(path: str) -> Optional[str]:
+    """The README of a `builtin:NAME` corpus (its source, licence and the attribution it asks
+    for); None for any other path."""
+    if not path.startswith(BUILTIN_PREFIX) or path[len(BUILTIN_PREFIX) :] not in _CORPORA:
+        return None
+    return (Path(corpus_file(path)).parent / "README.md").read_text(encoding="utf-8")

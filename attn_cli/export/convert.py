@@ -97,6 +97,9 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = special
     spec.config.decoder_start_token = special[1]  # attn's decoder starts from BOS
     spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+    # attn's sources end in EOS: CTranslate2 adds it, so that any client (Argos Translate among them)
+    # translates the SentencePiece pieces of a sentence as attn does.
+    spec.config.add_source_eos = True
     return spec
 
 

@@ -12,6 +12,7 @@ trained model the two agree (docs/decoding.md).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -36,6 +37,7 @@ class ExportedModel:
     directory: Path
     ctranslate2: Any  # the module
     open_translator: Any  # () -> a new ctranslate2.Translator of this directory
+    adds_source_eos: bool = True  # CTranslate2 ends each source with EOS itself (exports before it did not)
     seeded: bool = False
 
     def search(self, src: torch.Tensor, options: DecodeConfig) -> list[list[Hypothesis]]:
@@ -47,7 +49,9 @@ class ExportedModel:
         order = sorted(range(len(sources)), key=lambda row: limits[row])
         for limit, rows in groupby(order, key=lambda row: limits[row]):
             rows = list(rows)
-            batch = [self.tokenizers.source.id_to_piece(sources[row]) for row in rows]
+            # CTranslate2 appends the EOS the ids end in itself, unless the export predates that.
+            given = [sources[row][:-1] if self.adds_source_eos else sources[row] for row in rows]
+            batch = [self.tokenizers.source.id_to_piece(ids) for ids in given]
             for row, found in zip(rows, self._translate(batch, limit, options)):
                 results[row] = found
         return results
@@ -142,6 +146,7 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> Exp
     except (ConfigError, yaml.YAMLError) as error:
         raise ExportError(f"{directory / CONFIG_FILE} is damaged: {str(error).splitlines()[0]}") from None
     tokenizers = Tokenizers.load(directory / TOKENIZER_DIR)
+    adds_source_eos = _adds_source_eos(directory)
     kind, _, index = device.partition(":")
 
     def open_translator():
@@ -153,4 +158,13 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> Exp
         translator = open_translator()
     except (RuntimeError, ValueError) as error:
         raise ExportError(f"CTranslate2 cannot load {directory}: {str(error).splitlines()[0]}") from None
-    return ExportedModel(config, tokenizers, translator, directory, ctranslate2, open_translator)
+    return ExportedModel(config, tokenizers, translator, directory, ctranslate2, open_translator, adds_source_eos)
+
+
+def _adds_source_eos(directory: Path) -> bool:
+    """Whether CTranslate2 ends each source with EOS itself, as exports since `add_source_eos` do;
+    an older export is given the EOS with the source."""
+    try:
+        return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("add_source_eos"))
+    except (OSError, ValueError):
+        return False  # CTranslate2 reads the same file, and says what is wrong with it
