@@ -96,6 +96,8 @@ def test_cors_is_closed_unless_an_origin_is_allowed(checkpoint):
         assert "access-control-allow-origin" not in client.get("/languages", headers=preflight).headers
         assert client.options("/translate", headers=preflight).status_code >= 400
     with TestClient(create_app(server_of(checkpoint), cors_origins=["https://example.org"])) as client:
-        assert client.get("/languages", headers=preflight).headers["access-control-allow-origin"] == "https://example.org"
+        assert (
+            client.get("/languages", headers=preflight).headers["access-control-allow-origin"] == "https://example.org"
+        )
         other = {**preflight, "origin": "https://elsewhere.example"}
         assert "access-control-allow-origin" not in client.get("/languages", headers=other).headers

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import List, Optional
 
@@ -54,7 +55,7 @@ def serve(
 
       attn serve --model exported/en-zh-int8 --port 5000 --api-keys keys.txt
 
-      curl -s localhost:8000/translate -H 'Content-Type: application/json' -d '{"q": "Hello", "source": "en", "target": "zh"}'
+      curl -s localhost:8000/translate -d q=Hello -d source=en -d target=zh
     """
     try:
         import uvicorn
@@ -93,8 +94,14 @@ def serve(
         timeout_graceful_shutdown=int(timeout) + 5,  # SIGTERM: accepted requests are answered first
         log_level="warning",
     )
+    # uvicorn stops on SIGTERM or SIGINT once every accepted request is answered, then raises the
+    # signal again for the handler that was there before it: this one, so that the exit status is 0.
+    stopped_by = []
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda number, frame: stopped_by.append(number))
     uvicorn.Server(config).run()
-    tell("stopped: every accepted request was answered")
+    if stopped_by:
+        tell(f"stopped by {signal.Signals(stopped_by[0]).name}: every accepted request was answered")
 
 
 def _read_keys(path: Path) -> frozenset[str]:
