@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,29 @@ def hello_tokenizers(vocab_size: int = 273, byte_fallback: bool = True):
         ["你好世界"] * 20,
         TokenizerConfig(vocab_size=vocab_size, character_coverage=1.0, byte_fallback=byte_fallback),
     )
+
+
+def save_random_checkpoint(path: Path) -> Path:
+    """An en-zh checkpoint of a random two-layer model with learned positions (so that a prefix can
+    be longer than the model outputs) and numbered_tokenizers()."""
+    from attn_cli.checkpoint import save_checkpoint
+    from attn_cli.config import ModelConfig
+
+    cfg, tokenizers, _ = checkpoint_parts()
+    sizes = dict(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2)
+    shape = dict(positions="learned", max_positions=160)
+    cfg = dataclasses.replace(
+        cfg,
+        data=dataclasses.replace(cfg.data, src_lang="en", tgt_lang="zh"),
+        model=ModelConfig(**sizes, **shape),
+    )
+    vocab = tokenizers.source.vocab_size
+    model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, **sizes, **shape)
+    save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
+    return path
+
+
+@pytest.fixture(scope="session")
+def served_checkpoint(tmp_path_factory):
+    """save_random_checkpoint's checkpoint, shared by the attn serve tests (none of them writes to it)."""
+    return save_random_checkpoint(tmp_path_factory.mktemp("served") / "model.pt")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from serving import SENTENCES, reference, save_random_checkpoint, server_of
+from serving import SENTENCES, reference, server_of
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -15,13 +15,8 @@ from attn_cli.serving.app import create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return save_random_checkpoint(tmp_path_factory.mktemp("serve") / "model.pt")
-
-
-@pytest.fixture(scope="module")
-def served(checkpoint):
-    server = server_of(checkpoint)
+def served(served_checkpoint):
+    server = server_of(served_checkpoint)
     with TestClient(create_app(server)) as client:
         yield server, client
 

@@ -2,19 +2,15 @@
 answers 429; a request that timed out or whose client went away is dropped and holds up nobody."""
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
-from serving import SENTENCES, reference, save_random_checkpoint, server_of
+from serving import SENTENCES, reference, server_of
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 from attn_cli.serving.app import create_app  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return save_random_checkpoint(tmp_path_factory.mktemp("batching") / "model.pt")
 
 
 def _client(app):
@@ -36,8 +32,8 @@ async def _send_while_stopped(server, bodies, path="/translate"):
 
 
 @pytest.mark.parametrize("batching", [True, False])
-def test_concurrent_requests_decode_together_and_answer_as_alone(checkpoint, batching):
-    server = server_of(checkpoint, batching=batching)
+def test_concurrent_requests_decode_together_and_answer_as_alone(served_checkpoint, batching):
+    server = server_of(served_checkpoint, batching=batching)
     sentences = SENTENCES * 3
     answers = asyncio.run(_send_while_stopped(server, [{"q": s, "source": "en", "target": "zh"} for s in sentences]))
     alone = [reference(server, [sentence])[0].texts[0] for sentence in sentences]
@@ -47,8 +43,8 @@ def test_concurrent_requests_decode_together_and_answer_as_alone(checkpoint, bat
     assert stats.calls == (1 if batching else len(sentences)), "batching on: one call; off: one per request"
 
 
-def test_requests_with_other_options_are_decoded_apart(checkpoint):
-    server = server_of(checkpoint)
+def test_requests_with_other_options_are_decoded_apart(served_checkpoint):
+    server = server_of(served_checkpoint)
     bodies = [{"q": SENTENCES[0], "beam_size": 1}, {"q": SENTENCES[1], "beam_size": 3}, {"q": SENTENCES[2]}]
     answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
     for body, answer in zip(bodies, answers):
@@ -57,8 +53,8 @@ def test_requests_with_other_options_are_decoded_apart(checkpoint):
     assert server.batchers["en-zh"].stats.calls == 3
 
 
-def test_a_bad_request_in_a_batch_fails_alone(checkpoint):
-    server = server_of(checkpoint)
+def test_a_bad_request_in_a_batch_fails_alone(served_checkpoint):
+    server = server_of(served_checkpoint)
     too_long = "句子" * 200  # more target tokens than the model can output
     bodies = [{"q": SENTENCES[0]}, {"q": SENTENCES[1], "prefix": too_long}, {"q": SENTENCES[2]}]
     answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
@@ -67,8 +63,8 @@ def test_a_bad_request_in_a_batch_fails_alone(checkpoint):
     assert answers[2].json()["translations"][0]["translation"] == reference(server, [SENTENCES[2]])[0].texts[0]
 
 
-def test_a_full_queue_answers_429_and_accepted_requests_are_still_answered(checkpoint):
-    server = server_of(checkpoint, queue_sentences=3)
+def test_a_full_queue_answers_429_and_accepted_requests_are_still_answered(served_checkpoint):
+    server = server_of(served_checkpoint, queue_sentences=3)
 
     async def scenario():
         async with _client(create_app(server)) as client:
@@ -87,12 +83,13 @@ def test_a_full_queue_answers_429_and_accepted_requests_are_still_answered(check
     assert first.status_code == 200 and len(first.json()["translations"][0]["sentences"]) == 3
 
 
-def test_a_request_that_times_out_is_dropped(checkpoint):
-    server = server_of(checkpoint, timeout=0.2)
+def test_a_request_that_times_out_is_dropped(served_checkpoint):
+    server = server_of(served_checkpoint, timeout=0.2)
 
     async def scenario():
         async with _client(create_app(server)) as client:
             late = await client.post("/translate", json={"q": SENTENCES[0], "source": "en", "target": "zh"})
+            server.limits = dataclasses.replace(server.limits, timeout=60)  # the next one waits as long as it takes
             server.start()  # the worker finds the timed-out job cancelled and skips it
             try:
                 on_time = await client.post("/translate", json={"q": SENTENCES[1], "source": "en", "target": "zh"})
@@ -107,8 +104,8 @@ def test_a_request_that_times_out_is_dropped(checkpoint):
     assert (stats.cancelled, stats.sentences) == (1, 1)
 
 
-def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(checkpoint):
-    server = server_of(checkpoint)
+def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(served_checkpoint):
+    server = server_of(served_checkpoint)
     app = create_app(server)
 
     async def call_leaving_client(gone):

@@ -2,7 +2,7 @@
 good one as before; keys are required when there are keys; CORS is closed unless opened."""
 
 import pytest
-from serving import SENTENCES, reference, save_random_checkpoint, server_of
+from serving import SENTENCES, reference, server_of
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -11,13 +11,8 @@ from attn_cli.serving.app import create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return save_random_checkpoint(tmp_path_factory.mktemp("hardening") / "model.pt")
-
-
-@pytest.fixture(scope="module")
-def served(checkpoint):
-    server = server_of(checkpoint, max_sentences=4, max_characters=50, max_body_bytes=4000)
+def served(served_checkpoint):
+    server = server_of(served_checkpoint, max_sentences=4, max_characters=50, max_body_bytes=4000)
     with TestClient(create_app(server)) as client:
         yield server, client
 
@@ -75,8 +70,8 @@ def test_a_bad_request_gets_a_4xx_json_error_and_nothing_breaks(served, what, pa
     assert good.json()["translatedText"] == reference(server, SENTENCES[:1])[0].texts[0]
 
 
-def test_api_keys_are_required_when_given(checkpoint):
-    server = server_of(checkpoint, api_keys=frozenset({"k1"}))
+def test_api_keys_are_required_when_given(served_checkpoint):
+    server = server_of(served_checkpoint, api_keys=frozenset({"k1"}))
     body = {"q": SENTENCES[0], "source": "en", "target": "zh"}
     with TestClient(create_app(server)) as client:
         assert client.post("/translate", json=body).status_code == 403
@@ -90,12 +85,12 @@ def test_api_keys_are_required_when_given(checkpoint):
         assert client.get("/health").json()["api_key_required"] is True
 
 
-def test_cors_is_closed_unless_an_origin_is_allowed(checkpoint):
+def test_cors_is_closed_unless_an_origin_is_allowed(served_checkpoint):
     preflight = {"origin": "https://example.org", "access-control-request-method": "POST"}
-    with TestClient(create_app(server_of(checkpoint))) as client:
+    with TestClient(create_app(server_of(served_checkpoint))) as client:
         assert "access-control-allow-origin" not in client.get("/languages", headers=preflight).headers
         assert client.options("/translate", headers=preflight).status_code >= 400
-    with TestClient(create_app(server_of(checkpoint), cors_origins=["https://example.org"])) as client:
+    with TestClient(create_app(server_of(served_checkpoint), cors_origins=["https://example.org"])) as client:
         assert (
             client.get("/languages", headers=preflight).headers["access-control-allow-origin"] == "https://example.org"
         )

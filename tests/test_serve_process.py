@@ -14,20 +14,15 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from serving import SENTENCES, reference, save_random_checkpoint, server_of
+from serving import SENTENCES, reference, server_of
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return save_random_checkpoint(tmp_path_factory.mktemp("process") / "model.pt")
-
-
-@pytest.fixture(scope="module")
-def expected(checkpoint):
-    return [t.texts[0] for t in reference(server_of(checkpoint), SENTENCES)]
+def expected(served_checkpoint):
+    return [t.texts[0] for t in reference(server_of(served_checkpoint), SENTENCES)]
 
 
 def free_port() -> int:
@@ -69,10 +64,10 @@ def post(url: str, body: dict, timeout: float = 60):
         return answer.status, json.loads(answer.read())
 
 
-def test_libretranslatepy_translates_as_attn_translate_does(checkpoint, expected):
+def test_libretranslatepy_translates_as_attn_translate_does(served_checkpoint, expected):
     from libretranslatepy import LibreTranslateAPI
 
-    with serving("--checkpoint", str(checkpoint)) as (url, _):
+    with serving("--checkpoint", str(served_checkpoint)) as (url, _):
         client = LibreTranslateAPI(url)
         assert [client.translate(sentence, "en", "zh") for sentence in SENTENCES] == expected
         assert client.translate(SENTENCES[0], "auto", "zh") == expected[0]
@@ -83,12 +78,12 @@ def test_libretranslatepy_translates_as_attn_translate_does(checkpoint, expected
         assert client.detect("hello")[0]["language"] == "en"
 
 
-def test_api_keys_from_a_file(checkpoint, expected, tmp_path):
+def test_api_keys_from_a_file(served_checkpoint, expected, tmp_path):
     from libretranslatepy import LibreTranslateAPI
 
     keys = tmp_path / "keys.txt"
     keys.write_text("# one key a line\nsecret-1\n\nsecret-2\n")
-    with serving("--checkpoint", str(checkpoint), "--api-keys", str(keys)) as (url, _):
+    with serving("--checkpoint", str(served_checkpoint), "--api-keys", str(keys)) as (url, _):
         assert LibreTranslateAPI(url, api_key="secret-2").translate(SENTENCES[0], "en", "zh") == expected[0]
         with pytest.raises(urllib.error.HTTPError) as refused:
             LibreTranslateAPI(url).translate(SENTENCES[0], "en", "zh")
@@ -96,12 +91,12 @@ def test_api_keys_from_a_file(checkpoint, expected, tmp_path):
         assert "API key" in json.loads(refused.value.read())["error"]
 
 
-def test_sigterm_answers_every_accepted_request_and_exits_0(checkpoint, tmp_path):
+def test_sigterm_answers_every_accepted_request_and_exits_0(served_checkpoint, tmp_path):
     log_path = tmp_path / "serve.log"
     requests = 12
     with (
         open(log_path, "w") as log,
-        serving("--checkpoint", str(checkpoint), "--max-wait-ms", "300", log=log) as (
+        serving("--checkpoint", str(served_checkpoint), "--max-wait-ms", "300", log=log) as (
             url,
             process,
         ),
@@ -132,16 +127,20 @@ def test_sigterm_answers_every_accepted_request_and_exits_0(checkpoint, tmp_path
     assert len(lines) == requests and all(" 200 " in line for line in lines), "one access-log line per request"
 
 
-def test_the_command_refuses_bad_setup_in_one_line(checkpoint, tmp_path):
+def test_the_command_refuses_bad_setup_in_one_line(served_checkpoint, tmp_path):
     from typer.testing import CliRunner
 
     from attn_cli.cli.app import app
 
     runner = CliRunner()
-    missing = runner.invoke(app, ["serve", "--checkpoint", str(checkpoint), "--api-keys", str(tmp_path / "none")])
+    missing = runner.invoke(
+        app, ["serve", "--checkpoint", str(served_checkpoint), "--api-keys", str(tmp_path / "none")]
+    )
     assert missing.exit_code == 2 and "--api-keys" in missing.output and "cannot read" in missing.output
     (tmp_path / "empty").write_text("# nothing\n")
-    empty = runner.invoke(app, ["serve", "--checkpoint", str(checkpoint), "--api-keys", str(tmp_path / "empty")])
+    empty = runner.invoke(app, ["serve", "--checkpoint", str(served_checkpoint), "--api-keys", str(tmp_path / "empty")])
     assert empty.exit_code == 2 and "no keys" in empty.output
-    twice = runner.invoke(app, ["serve", "--checkpoint", str(checkpoint), "--checkpoint", str(checkpoint)])
+    twice = runner.invoke(
+        app, ["serve", "--checkpoint", str(served_checkpoint), "--checkpoint", str(served_checkpoint)]
+    )
     assert twice.exit_code == 2 and "two models serve en-zh" in twice.output
