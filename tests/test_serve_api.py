@@ -158,3 +158,18 @@ def test_models_health_and_openapi(served):
 
     assert {o.key for o in DECODE_OPTIONS} - {"max_tokens"} <= set(fields), "every decoding option is a field"
     assert "max_tokens" not in fields, "the batch budget is the server's"
+
+
+def test_the_page_and_the_api_docs_load_nothing_from_elsewhere(served):
+    """Users run this offline: every file the page serves is the package's, with no outside URL."""
+    import re
+
+    from attn_cli.serving.app import PAGE_FILES
+
+    _, client = served
+    assert "openapi.json" in client.get("/docs").text
+    for name in PAGE_FILES:
+        served_file = client.get("/" if name == "index.html" else f"/page/{name}")
+        assert served_file.status_code == 200, name
+        assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//|url\(\s*[\"']?(https?:)?//|import\s", served_file.text)
+        assert not re.search(r"fetch\(\s*[\"'`]https?:", served_file.text), name

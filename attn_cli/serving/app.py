@@ -2,8 +2,9 @@
 size limit, one access-log line, CORS only when an origin is allowed, and errors as
 {"error": "..."} with a 4xx status for every request the server refuses.
 
-FastAPI (on Starlette, served by uvicorn) gives the request validation, the OpenAPI schema at
-/openapi.json and its documentation page at /docs; eole serves with the same stack.
+FastAPI (on Starlette, served by uvicorn) gives the request validation and the OpenAPI schema at
+/openapi.json; eole serves with the same stack. /docs is a page of attn's own made from that
+schema, because FastAPI's loads Swagger UI from a CDN and users run this offline.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from attn_cli.serving.server import Server
 log = logging.getLogger("attn.serve")
 
 # The page's files, served by name from the package: no request names a path on the server.
-PAGE_FILES = {"index.html": "text/html", "page.js": "text/javascript", "page.css": "text/css"}
+PAGE_FILES = {
+    "index.html": "text/html",
+    "page.js": "text/javascript",
+    "page.css": "text/css",
+    "docs.html": "text/html",
+}
 
 
 def create_app(server: Server, cors_origins: Optional[list[str]] = None) -> FastAPI:
@@ -43,6 +49,8 @@ def create_app(server: Server, cors_origins: Optional[list[str]] = None) -> Fast
         version=package_version(),
         description="Translation with attn models: the LibreTranslate API, and attn's own under /v1.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is the package's own page (see _add_page)
+        redoc_url=None,
     )
     app.state.server = server
     app.include_router(libretranslate.router)
@@ -65,6 +73,10 @@ def _add_page(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def index() -> Response:
         return Response((page / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def api_docs() -> Response:
+        return Response((page / "docs.html").read_bytes(), media_type="text/html; charset=utf-8")
 
     @app.get("/page/{name}", include_in_schema=False)
     async def page_file(name: str) -> Response:
