@@ -171,5 +171,71 @@ def test_the_page_and_the_api_docs_load_nothing_from_elsewhere(served):
     for name in PAGE_FILES:
         served_file = client.get("/" if name == "index.html" else f"/page/{name}")
         assert served_file.status_code == 200, name
-        assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//|url\(\s*[\"']?(https?:)?//|import\s", served_file.text)
+        assert not re.search(
+            r"(src|href)\s*=\s*[\"']?(https?:)?//|url\(\s*[\"']?(https?:)?//|import\s", served_file.text
+        )
         assert not re.search(r"fetch\(\s*[\"'`]https?:", served_file.text), name
+
+
+def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_path):
+    """--run A --run B: each request goes to the model of its pair, and translates as that model alone."""
+    import dataclasses as dc
+
+    from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.serving.models import ServedModels
+    from attn_cli.serving.server import Server
+    from attn_cli.translator import load_for_decoding, translate
+
+    original = load_checkpoint(served_checkpoint)
+    torch.manual_seed(1)
+    for parameter in original.model.parameters():  # another model, the other way round
+        parameter.data.add_(torch.randn_like(parameter) * 0.5)
+    reverse_config = dc.replace(original.config, data=dc.replace(original.config.data, src_lang="zh", tgt_lang="en"))
+    save_checkpoint(tmp_path / "zh-en.pt", reverse_config, original.tokenizers, original.model, step=1, epoch=1)
+    loaded = [load_for_decoding([], [path], None, "cpu") for path in (served_checkpoint, tmp_path / "zh-en.pt")]
+    server = Server(ServedModels(loaded))
+    with TestClient(create_app(server)) as client:
+        assert [(lang["code"], lang["targets"]) for lang in client.get("/languages").json()] == [
+            ("en", ["zh"]),
+            ("zh", ["en"]),
+        ]
+        for source, target, model in (("en", "zh", 0), ("zh", "en", 1), ("auto", "en", 1)):
+            answer = client.post("/translate", json={"q": SENTENCES[0], "source": source, "target": target}).json()
+            assert (
+                answer["translatedText"]
+                == translate(loaded[model], SENTENCES[:1], loaded[model].config.decode)[0].texts[0]
+            )
+        assert client.post("/translate", json={"q": "x", "source": "en", "target": "en"}).status_code == 400
+        named = client.post("/v1/translate", json={"q": SENTENCES[0], "model": "zh-en"}).json()
+        assert named["model"] == "zh-en"
+        assert "several models" in client.post("/v1/translate", json={"q": SENTENCES[0]}).json()["error"]
+
+
+def test_a_ctranslate2_export_is_served_as_attn_translate_model_decodes_it(served_checkpoint, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.export.convert import export
+    from attn_cli.serving.models import ServedModels
+    from attn_cli.serving.server import Server
+    from attn_cli.translator import load_for_decoding, translate
+
+    checkpoint = load_checkpoint(served_checkpoint)
+    export(checkpoint.config, checkpoint.tokenizers, checkpoint.model, tmp_path / "exported", "float32")
+    loaded = load_for_decoding([], [], tmp_path / "exported", "cpu")
+    expected = [t.texts[0] for t in translate(loaded, SENTENCES, loaded.config.decode)]
+    with TestClient(create_app(Server(ServedModels([loaded])))) as client:
+        answer = client.post("/translate", json={"q": SENTENCES, "source": "en", "target": "zh"})
+        assert answer.json() == {"translatedText": expected}
+        assert client.get("/v1/models").json()["models"][0]["backend"] == "ctranslate2"
+        refused = client.post("/v1/translate", json={"q": SENTENCES[0], "alignment": True})
+        assert refused.status_code == 400 and "ctranslate2" in refused.json()["error"]
+        assert "prefix" in client.post("/v1/translate", json={"q": SENTENCES[0], "prefix": "句子"}).json()["error"]
+
+
+def test_a_sentence_longer_than_the_model_takes_is_split(served):
+    server, client = served
+    long_line = " ".join(f"sentence number {i}," for i in range(60))  # some 240 tokens: more than 159
+    expected = reference(server, [long_line])[0]
+    assert "parts" in expected.note
+    answer = client.post("/v1/translate", json={"q": long_line}).json()["translations"][0]["sentences"][0]
+    assert answer["translation"] == expected.texts[0] and answer["note"] == expected.note
