@@ -54,7 +54,7 @@ def serve(
 
       attn serve --model exported/en-zh-int8 --port 5000 --api-keys keys.txt
 
-      curl -s localhost:8000/translate -H 'Content-Type: application/json' -d '{"q": "Hello", "source": "en", "target": "zh"}'
+      curl localhost:8000/translate -H 'Content-Type: application/json' -d '{"q":"Hello","source":"en","target":"zh"}'
     """
     try:
         import uvicorn
