@@ -67,7 +67,7 @@ function setStatus(message) {
 
 async function loadServer() {
   try {
-    const [health, listed] = await Promise.all([requestJSON("/health"), requestJSON("/v1/models")]);
+    const [health, listed] = await Promise.all([requestJSON("health"), requestJSON("v1/models")]);
     state.apiKeyRequired = Boolean(health.api_key_required);
     $("api-key-field").hidden = !state.apiKeyRequired;
     state.models = listed.models || [];
@@ -134,7 +134,7 @@ async function translate() {
   setStatus("Translating…");
   const started = performance.now();
   try {
-    const answer = await requestJSON("/v1/translate", {
+    const answer = await requestJSON("v1/translate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(requestBody(text)),
@@ -230,7 +230,10 @@ function selectSentence(index) {
     if (row.hasAttribute("aria-pressed")) row.setAttribute("aria-pressed", String(picked));
   }
   const sentence = state.sentences[index];
-  $("attention-sentence").textContent = `sentence ${index + 1}: ${sentence.source}`;
+  // A line longer than the model takes was translated in parts (or cut): its note says so, and
+  // the server's attention is of the first part alone.
+  const note = sentence.note ? ` (${sentence.note}; the heatmaps show the first part)` : "";
+  $("attention-sentence").textContent = `sentence ${index + 1}: ${sentence.source}${note}`;
   fillLayerSelectors(sentence.attention);
   $("attention-panel").hidden = false;
   drawHeatmaps();
