@@ -112,6 +112,7 @@ def driver(tmp_path_factory):
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for its errors
     browser = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     try:
         yield browser
@@ -225,6 +226,8 @@ def test_the_page_shows_the_translation_post_v1_translate_gives(translated, driv
     # Offline: everything the page loaded came from the server itself, no CDN.
     loaded = driver.execute_script("return performance.getEntriesByType('resource').map((entry) => entry.name)")
     assert loaded and all(name.startswith(f"{server}/") for name in loaded), loaded
+    errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not errors, f"the browser's console has errors: {errors}"
 
 
 def test_each_heatmap_has_one_cell_per_query_and_key_token(translated, driver):
