@@ -182,25 +182,29 @@ function sentenceRow(sentence, index) {
   texts.append(element("div", "sentence-translation", sentence.translation));
   main.append(texts);
   const figures = element("div", "sentence-figures");
-  const confidence = element("span", "confidence", `${Math.round(sentence.confidence * 100)}%`);
-  confidence.title =
-    `confidence ${sentence.confidence.toFixed(3)}: the geometric mean of the probabilities ` +
-    "of the tokens the model chose";
-  confidence.style.setProperty("--confidence", String(sentence.confidence));
-  figures.append(confidence);
+  const alternatives = sentence.n_best && sentence.n_best.length > 1;
+  if (sentence.source.trim()) {
+    // An empty line has nothing to be confident about (the server says 1.0): no figures for it.
+    const confidence = element("span", "confidence", `${Math.round(sentence.confidence * 100)}%`);
+    confidence.title =
+      `confidence ${sentence.confidence.toFixed(3)}: the geometric mean of the probabilities ` +
+      "of the tokens the model chose";
+    confidence.style.setProperty("--confidence", String(sentence.confidence));
+    figures.append(confidence);
+    // The n-best list shows each score; without one, the best translation's score goes here.
+    if (!alternatives) figures.append(scoreOf(sentence.score));
+  }
   main.append(figures);
   row.append(main);
-  if (sentence.n_best && sentence.n_best.length > 1) {
-    const alternatives = element("ol", "nbest");
+  if (alternatives) {
+    const list = element("ol", "nbest");
     for (const hypothesis of sentence.n_best) {
       const item = element("li");
       item.append(element("span", "nbest-translation", hypothesis.translation));
-      const score = element("span", "score", hypothesis.score.toFixed(2));
-      score.title = "score: the log-probability the search ranked by";
-      item.append(score);
-      alternatives.append(item);
+      item.append(scoreOf(hypothesis.score));
+      list.append(item);
     }
-    row.append(alternatives);
+    row.append(list);
   }
   if (sentence.note) row.append(element("div", "sentence-note", sentence.note));
   if (sentence.attention) {
@@ -220,6 +224,12 @@ function sentenceRow(sentence, index) {
     row.title = sentence.source.trim() ? "no attention for this sentence" : "an empty line";
   }
   return row;
+}
+
+function scoreOf(value) {
+  const score = element("span", "score", value.toFixed(2));
+  score.title = "score: the log-probability the search ranked by";
+  return score;
 }
 
 function selectSentence(index) {
