@@ -144,7 +144,7 @@ def test_alignment_and_attention_have_the_tokens_shapes(served):
     assert [t for t, _ in sentence["alignment"]] == list(range(len(outputs) - 1))
     for t, s in sentence["alignment"]:
         assert mean[t, s] >= mean[t].max() - 1e-4
-    assert sentence["source_tokens"] == sources[:-1] and sentence["target_tokens"] == outputs[:-1]
+    assert sentence["tokens"] == {"source": sources[:-1], "target": outputs[:-1]}
 
 
 def test_models_health_and_openapi(served):

@@ -12,7 +12,9 @@ from attn_cli.serving.app import create_app  # noqa: E402
 
 @pytest.fixture(scope="module")
 def served(served_checkpoint):
-    server = server_of(served_checkpoint, max_sentences=4, max_characters=50, max_body_bytes=4000)
+    server = server_of(
+        served_checkpoint, max_sentences=4, max_characters=50, max_body_bytes=4000, max_attention_sentences=2
+    )
     with TestClient(create_app(server)) as client:
         yield server, client
 
@@ -43,6 +45,7 @@ BAD_REQUESTS = [
      "closes no open"),
     ("unclosed tag", "/translate", b'{"q": "<b class=\\"x>hi", "source": "en", "target": "zh", "format": "html"}',
      JSON, 400, "not closed"),
+    ("attention for too many", "/v1/translate", b'{"q": "a\\nb\\nc", "attention": true}', JSON, 400, "attention: 3"),
     ("unknown format", "/translate", b'{"q": "hi", "source": "en", "target": "zh", "format": "pdf"}', JSON, 400,
      "format"),
     ("too many sentences", "/translate", b'{"q": "a\\nb\\nc\\nd\\ne", "source": "en", "target": "zh"}', JSON, 400,

@@ -142,7 +142,7 @@ def _add_attention(sentence: dict, attention: list, index: int, body) -> None:
     maps, source_tokens, target_tokens = found
     if body.alignment:
         sentence["alignment"] = [list(pair) for pair in word_alignment(maps)]
-        sentence["source_tokens"], sentence["target_tokens"] = source_tokens, target_tokens
+        sentence["tokens"] = {"source": source_tokens, "target": target_tokens}  # what the pairs index
     if body.attention:
         sentence["attention"] = attention_payload(maps, source_tokens, target_tokens, decimals=4)
 

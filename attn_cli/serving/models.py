@@ -58,6 +58,9 @@ class ServedModel:
             "layers": {"encoder": config.encoder_layers, "decoder": config.decoder_layers},
             "heads": config.num_heads,
             "attention": self.has_attention,
+            "decode": {
+                key: getattr(self.loaded.config.decode, key) for key in ("beam_size", "n_best", "length_penalty")
+            },
         }
 
 

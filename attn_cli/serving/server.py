@@ -30,6 +30,7 @@ class Limits:
     max_sentences: int = 128  # per request: lines of text, or HTML text runs
     max_characters: int = 2000  # per sentence
     max_beam: int = 16  # beam_size and n_best
+    max_attention_sentences: int = 16  # per request asking for attention or alignment: each is layers x heads x T^2
     timeout: float = 30.0  # seconds a request may wait for its translation
     queue_sentences: int = 2048  # sentences waiting per model: more are answered 429
     max_wait: float = 0.005  # seconds the worker waits for more requests to decode together
@@ -113,6 +114,11 @@ class Server:
                 f"attention: the {model.name} model is served by {model.backend}"
                 f"{' as an ensemble' if model.loaded.is_ensemble else ''}, which gives no attention weights; "
                 f"serve one checkpoint (--run or --checkpoint)"
+            )
+        if attention and len(sentences) > limits.max_attention_sentences:
+            raise RequestError(
+                f"attention: {len(sentences)} sentences, more than the {limits.max_attention_sentences} this server "
+                f"gives attention for in one request; send fewer, or leave attention and alignment out"
             )
         try:
             result = await self.batchers[model.name].translate(

@@ -84,6 +84,16 @@ async function loadServer() {
     picker.append(option);
   }
   showModelNote();
+  useModelDefaults();
+}
+
+// The beam starts at the model's own decode setting, as `attn translate` would decode; the n-best
+// list shows up to three of its hypotheses.
+function useModelDefaults() {
+  const model = currentModel();
+  if (!model || !model.decode) return;
+  $("beam-size").value = model.decode.beam_size;
+  $("n-best").value = Math.min(3, model.decode.beam_size);
 }
 
 function currentModel() {
@@ -400,7 +410,10 @@ function start() {
       translate();
     }
   });
-  $("model").addEventListener("change", showModelNote);
+  $("model").addEventListener("change", () => {
+    showModelNote();
+    useModelDefaults();
+  });
   // A beam of k keeps at most k translations: n-best follows the beam size down.
   $("beam-size").addEventListener("change", () => {
     const beam = Number($("beam-size").value);
