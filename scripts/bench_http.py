@@ -357,6 +357,11 @@ def libretranslate_server(args, work: Path, checkpoint: Path, languages: tuple[s
 
     binary = Path(args.libretranslate)
     python = binary.parent / "python"
+    if not binary.is_file() or not python.is_file():
+        raise RuntimeError(
+            f"no LibreTranslate at {binary} (with its python beside it): install it in a virtual "
+            "environment and pass --libretranslate VENV/bin/libretranslate, or use --peer ct2-fastapi"
+        )
     home = work / "lt-home"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ARGOS_", "LT_", "PYTHON"))}
     env.update(
@@ -671,8 +676,8 @@ def versions(args) -> dict:
             found[name] = version(name)
         except PackageNotFoundError:
             found[name] = None
-    if "peer" in args.systems and args.peer == "libretranslate":
-        python = Path(args.libretranslate).parent / "python"
+    python = Path(args.libretranslate).parent / "python"
+    if "peer" in args.systems and args.peer == "libretranslate" and python.is_file():
         query = (
             "import json, importlib.metadata as m; print(json.dumps({n: m.version(n) for n in "
             "('libretranslate', 'argos-translate-lt', 'ctranslate2', 'waitress', 'flask')}))"
@@ -809,22 +814,20 @@ async def bench(args, work: Path) -> dict:
     }
     probe_sentences = test[: args.probe]
     for key in [s for s in SYSTEMS if s in args.systems]:
-        if key == "peer":
-            if args.peer == "libretranslate":
-                server = libretranslate_server(args, work, served_checkpoint, languages, decode["beam_size"])
-            else:
-                server = ct2_fastapi_server(args, work, export_dir, decode)
-            if export_dir.exists():
-                results["settings"]["peer_model_bin_same_as_attn_int8"] = sha256(server.model_bin) == sha256(
-                    export_dir / "model.bin"
-                )
-        else:
-            server = makers[key]()
         try:
+            if key == "peer" and args.peer == "libretranslate":
+                server = libretranslate_server(args, work, served_checkpoint, languages, decode["beam_size"])
+            elif key == "peer":
+                server = ct2_fastapi_server(args, work, export_dir, decode)
+            else:
+                server = makers[key]()
+            if key == "peer" and export_dir.exists():
+                same = sha256(server.model_bin) == sha256(export_dir / "model.bin")
+                results["settings"]["peer_model_bin_same_as_attn_int8"] = same
             system = await run_system(server, key != "peer", bodies, probe_sentences, languages, args)
-        except RuntimeError as error:  # it did not start: the other systems still run
-            print(f"  {error}", flush=True)
-            results["systems"][key] = {"name": server.name, "key": key, "error": str(error), "cells": []}
+        except RuntimeError as error:  # it could not be set up or did not start: the others still run
+            print(f"\n{key}: {error}", flush=True)
+            results["systems"][key] = {"name": key, "key": key, "error": str(error), "cells": []}
             continue
         system["key"] = key
         results["systems"][key] = system
