@@ -114,3 +114,16 @@ def test_the_tokenizer_s_texts():
         torch.zeros(1, target.vocab_size), torch.tensor([[BOS_ID, ni, ni]]), None
     )
     assert torch.isinf(log_probs[0, ni])
+
+
+def test_a_tokenizer_s_output_constraints_are_built_once_and_follow_the_option():
+    """A server searches once per batch of requests: the vocabulary is indexed once, not each time."""
+    from attn_cli.config import DecodeConfig
+    from attn_cli.decoding.translate import output_constraints
+    from attn_cli.decoding.utf8 import Utf8Constraint
+
+    target = hello_tokenizers().target
+    first = output_constraints(target, DecodeConfig(no_stutter=True))
+    assert [type(c) for c in first] == [Utf8Constraint, NoStutter]
+    assert all(a is b for a, b in zip(first, output_constraints(target, DecodeConfig(no_stutter=True))))
+    assert [type(c) for c in output_constraints(target, DecodeConfig(no_stutter=False))] == [Utf8Constraint]

@@ -8,6 +8,7 @@ decode the same way, with the `decode` section of the config.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -127,13 +128,21 @@ def _search(
 def output_constraints(target: Tokenizer, options: DecodeConfig) -> list[OutputConstraint]:
     """What every output of attn's own search keeps to: valid UTF-8 when the target tokenizer has
     byte pieces (no output decodes to U+FFFD), and no stutter when `decode.no_stutter` asks."""
+    return list(_constraints_of(target, options.no_stutter))
+
+
+@functools.lru_cache(maxsize=8)
+def _constraints_of(target: Tokenizer, no_stutter: bool) -> tuple[OutputConstraint, ...]:
+    """Built once per tokenizer and reused by every call: indexing a whole vocabulary takes longer
+    than decoding a short sentence, and a server calls the search once per batch of requests. The
+    constraints keep no state between searches."""
     constraints: list[OutputConstraint] = []
     valid_utf8 = Utf8Constraint.for_tokenizer(target)
     if valid_utf8 is not None:
         constraints.append(valid_utf8)
-    if options.no_stutter:
+    if no_stutter:
         constraints.append(NoStutter.for_tokenizer(target))
-    return constraints
+    return tuple(constraints)
 
 
 def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[int]], list[str]]) -> list[list[int]]:
