@@ -43,6 +43,27 @@ def test_concurrent_requests_decode_together_and_answer_as_alone(served_checkpoi
     assert stats.calls == (1 if batching else len(sentences)), "batching on: one call; off: one per request"
 
 
+def test_a_lone_client_is_answered_without_waiting_for_company(served_checkpoint):
+    """The worker waits for more requests only while they come concurrently: with a wait longer
+    than the test allows, one client's requests, sent one after another, are still answered."""
+    server = server_of(served_checkpoint, max_wait=600, timeout=900)
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+            server.start()
+            try:
+                return [
+                    await asyncio.wait_for(client.post("/translate", json={"q": s, "source": "en", "target": "zh"}), 60)
+                    for s in SENTENCES[:2]
+                ]
+            finally:
+                server.stop()
+
+    answers = asyncio.run(scenario())
+    assert [a.json()["translatedText"] for a in answers] == [reference(server, [s])[0].texts[0] for s in SENTENCES[:2]]
+    assert server.batchers["en-zh"].stats.calls == 2
+
+
 def test_requests_with_other_options_are_decoded_apart(served_checkpoint):
     server = server_of(served_checkpoint)
     bodies = [{"q": SENTENCES[0], "beam_size": 1}, {"q": SENTENCES[1], "beam_size": 3}, {"q": SENTENCES[2]}]

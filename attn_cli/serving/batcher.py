@@ -5,7 +5,9 @@ A request's sentences are one `Job`. The worker takes the oldest job, and while 
 source tokens than the token budget it waits up to `max_wait` seconds from that job's arrival for
 others; then it decodes every waiting job with the same decoding options, up to the budget, in one
 call of `attn_cli.translator.translate` (which sorts them by length into token-budget batches).
-The wait only happens when the worker has nothing else to do: under load, jobs are already waiting.
+It waits only while requests are concurrent, that is when its last call decoded more than one job:
+a lone client's request is decoded at once, with nobody to wait for, and under load jobs are
+already waiting.
 
 The queue holds at most `capacity` sentences: a request that would pass it is refused (`QueueFull`,
 answered 429) rather than letting memory grow. A job whose client went away or timed out is
@@ -95,6 +97,7 @@ class Batcher:
         self._queued_tokens = 0
         self._changed = threading.Condition()
         self._stopping = False
+        self._last_group_size = 0  # jobs the last decoding call served: more than one means concurrent load
         self._thread = threading.Thread(target=self._run, name=f"model-worker-{served.name}", daemon=True)
 
     @property
@@ -156,7 +159,7 @@ class Batcher:
                 if self._stopping:
                     return None
                 self._changed.wait()
-            if self.batching:
+            if self.batching and self._last_group_size > 1:
                 deadline = self._queue[0].arrived + self.max_wait
                 while self._queued_tokens < self.token_budget and not self._stopping:
                     left = deadline - time.monotonic()
@@ -178,6 +181,7 @@ class Batcher:
                 else:
                     kept.append(job)
             self._queue = kept
+            self._last_group_size = len(group)
             return group
 
     def _decode(self, group: list[Job]) -> None:
