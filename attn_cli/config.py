@@ -242,6 +242,7 @@ class ModelConfig:
     positions: Literal["sinusoidal", "learned", "relative", "rotary"] = "sinusoidal"
     max_positions: int = 256
     norm: Literal["pre", "post"] = "pre"
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # the feed-forward's; silu (swish) is Marian's
     share_embeddings: bool = True  # needs a joint vocabulary
 
     def validate(self, path: str) -> None:

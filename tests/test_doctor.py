@@ -166,6 +166,7 @@ def test_the_estimate_shrinks_with_each_piece_of_advice():
     assert total("train.gradient_checkpointing=true") < plain
     assert total("train.max_tokens=2048") < plain
     assert total("train.precision=bf16") < plain
+    assert total("model.activation=silu") > plain, "SiLU's backward keeps its input as well as its output"
 
 
 def _write(path, lines):

@@ -11,6 +11,7 @@ from attn_cli.vocab import BOS_ID, PAD_ID
 VARIANTS = [
     dict(),
     dict(pre_norm=False),
+    dict(activation="silu"),
     dict(positions="learned"),
     dict(share_embeddings=False, tgt_vocab_size=40),
     dict(positions="relative"),
@@ -194,3 +195,18 @@ def test_embeddings_are_dropped_in_training_and_not_in_evaluation():
     assert torch.equal(model.encode(src).memory, model.encode(src).memory)
     model.train()
     assert not torch.equal(model.encode(src).memory, model.encode(src).memory)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+def test_the_feed_forward_applies_model_activation_with_the_same_parameter_names(activation):
+    """Linear, the activation model.activation names, Linear; the names of the weights do not depend
+    on it, so that checkpoints from before the key load unchanged."""
+    from attn_cli.model.transformer import FeedForward
+
+    torch.manual_seed(0)
+    feed_forward = FeedForward(8, 16, activation)
+    x = torch.randn(3, 8) * 3
+    function = {"relu": torch.nn.functional.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+    expected = feed_forward[2](function[activation](feed_forward[0](x)))
+    assert torch.allclose(feed_forward(x), expected)
+    assert feed_forward.state_dict().keys() == FeedForward(8, 16).state_dict().keys()

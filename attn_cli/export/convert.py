@@ -76,11 +76,13 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
     from ctranslate2.specs import transformer_spec as specs
 
     layers = (len(model.encoder_layers), len(model.decoder_layers))
+    # model.activation's counterparts: CTranslate2's GELU is the exact (erf) form, as torch's nn.GELU.
+    activations = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
     spec = specs.TransformerSpec.from_config(
         layers,
         config.model.num_heads,
         pre_norm=config.model.norm == "pre",
-        activation=ctranslate2.specs.Activation.RELU,
+        activation=getattr(ctranslate2.specs.Activation, activations[config.model.activation]),
     )
     # Copies: CTranslate2 quantizes the arrays it is given in place, and these must not be the model's own.
     weights = {name: tensor.detach().float().cpu().numpy().copy() for name, tensor in model.state_dict().items()}

@@ -43,12 +43,17 @@ class Encoded:
         return Encoded(self.memory.index_select(0, rows), self.mask.index_select(0, rows))
 
 
-class FeedForward(nn.Sequential):
-    """Position-wise Linear-ReLU-Linear. As in the paper, dropout acts on the sublayer output (in
-    `Residual`), not on the 4x wider hidden layer."""
+# model.activation: ReLU as in the paper, GELU (the exact, erf form) as in BERT, SiLU (swish) as in Marian.
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
-    def __init__(self, d_model: int, ffn_dim: int):
-        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Linear(ffn_dim, d_model))
+
+class FeedForward(nn.Sequential):
+    """Position-wise Linear-activation-Linear. As in the paper, dropout acts on the sublayer output
+    (in `Residual`), not on the 4x wider hidden layer. The activation has no weights, so the
+    parameter names are the same for every activation."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str = "relu"):
+        super().__init__(nn.Linear(d_model, ffn_dim), ACTIVATIONS[activation](), nn.Linear(ffn_dim, d_model))
 
 
 class Residual(nn.Module):
@@ -72,11 +77,18 @@ class Residual(nn.Module):
 
 class EncoderLayer(nn.Module):
     def __init__(
-        self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        pre_norm: bool,
+        activation: str = "relu",
     ):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.feed_forward = FeedForward(d_model, ffn_dim)
+        self.feed_forward = FeedForward(d_model, ffn_dim, activation)
         self.attention_residual = Residual(d_model, dropout, pre_norm)
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
 
@@ -91,12 +103,19 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(
-        self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        pre_norm: bool,
+        activation: str = "relu",
     ):
         super().__init__()
         self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
         self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout, cross=True)
-        self.feed_forward = FeedForward(d_model, ffn_dim)
+        self.feed_forward = FeedForward(d_model, ffn_dim, activation)
         self.self_residual = Residual(d_model, dropout, pre_norm)
         self.cross_residual = Residual(d_model, dropout, pre_norm)
         self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
@@ -147,6 +166,7 @@ class Transformer(nn.Module):
         max_positions: int = 256,
         pre_norm: bool = True,
         share_embeddings: bool = True,
+        activation: str = "relu",
     ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -174,7 +194,7 @@ class Transformer(nn.Module):
         self.decoder_bias = RelativePositionBias(num_heads, False, d_model) if relative else None
         self.rotary = RotaryPositions(d_model // num_heads) if positions == "rotary" else None
         self.embedding_dropout = dropout
-        layer_args = (d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm)
+        layer_args = (d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
@@ -313,4 +333,5 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> T
         max_positions=cfg.max_positions,
         pre_norm=cfg.norm == "pre",
         share_embeddings=cfg.share_embeddings,
+        activation=cfg.activation,
     )

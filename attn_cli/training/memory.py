@@ -27,9 +27,11 @@ from attn_cli.training.loss import CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS
 FP32_BYTES = 4
 HALF_BYTES = 2  # bf16 and fp16
 
-# Values a layer keeps for backward, per token, in units of d_model (besides the FFN's hidden layer,
-# ffn_dim values per token). Encoder layer, pre- or post-LN: the attention's LayerNorm input and
-# output, q, k and v, the attention output before out_proj, the FFN's LayerNorm input and output: 8.
+# Values a layer keeps for backward, per token, in units of d_model (besides the FFN's hidden layer:
+# ffn_dim values per token for ReLU, whose output is all its backward and the next Linear's need;
+# twice that for GELU and SiLU, whose backward needs their input as well). Encoder layer, pre- or
+# post-LN: the attention's LayerNorm input and output, q, k and v, the attention output before
+# out_proj, the FFN's LayerNorm input and output: 8.
 ENCODER_VALUES_PER_TOKEN = 8
 # Decoder layer: self-attention as above (6), cross-attention's LayerNorm input and output, its
 # queries and its output (4), the FFN's LayerNorm input and output (2): 12 per target token; and the
@@ -119,7 +121,7 @@ def estimate_step_memory(
     value = HALF_BYTES if precision in ("bf16", "fp16") else FP32_BYTES
     batch = worst_batch(cfg)
     rows, source, target = batch.rows, batch.source_length, batch.target_length
-    width, hidden = model.d_model, model.ffn_dim
+    width, hidden = model.d_model, model.ffn_dim * (1 if model.activation == "relu" else 2)
 
     # Per layer: what the explicit attention keeps (the softmax output, and the dropout's output
     # when attention_dropout is on), and the other activations.
