@@ -241,6 +241,8 @@ class ModelConfig:
     # sinusoidal | learned (added to the embeddings) | relative (T5 bias) | rotary (in self-attention)
     positions: Literal["sinusoidal", "learned", "relative", "rotary"] = "sinusoidal"
     max_positions: int = 256
+    # positions: sinusoidal only: sin and cos of each frequency side by side, or all sines, then all cosines (Marian)
+    sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"
     norm: Literal["pre", "post"] = "pre"
     activation: Literal["relu", "gelu", "silu"] = "relu"  # the feed-forward's; silu (swish) is Marian's
     share_embeddings: bool = True  # needs a joint vocabulary
@@ -271,6 +273,12 @@ class ModelConfig:
         for key in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1)")
+        if self.sinusoid_layout != "interleaved" and self.positions != "sinusoidal":
+            _fail(
+                f"{path}.sinusoid_layout",
+                f"{self.sinusoid_layout} orders sinusoidal positions, and {path}.positions is {self.positions}; "
+                f"set {path}.positions: sinusoidal or leave {path}.sinusoid_layout out",
+            )
 
     @property
     def max_sequence_tokens(self) -> int:

@@ -60,6 +60,10 @@ def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
         ("train:\n  lr: fast\n", "train.lr: 'fast' must be a number"),
         ("train:\n  precision: fp8\n", "train.precision: 'fp8' is not one of"),
         ("model:\n  activation: swish\n", "model.activation: 'swish' is not one of 'relu', 'gelu', 'silu'"),
+        (
+            "model:\n  positions: learned\n  sinusoid_layout: halves\n",
+            "model.sinusoid_layout: halves orders sinusoidal positions, and model.positions is learned",
+        ),
         ("data:\n  corpus:\n    format: text\n", "data.corpus: format 'text' needs both src_path and tgt_path"),
         ("model:\n  dropout: 1.5\n", "model.dropout: 1.5 must be in [0, 1)"),
         ("tokenizer:\n  joint: false\n", "model.share_embeddings: true needs tokenizer.joint=true"),

@@ -47,7 +47,10 @@ VARIANTS = {
     "post-LN, learned, separate": (dict(norm="post", positions="learned", share_embeddings=False), False),
     "pre-LN, learned, joint": (dict(norm="pre", positions="learned"), True),
     "post-LN, sinusoidal, separate": (dict(norm="post", positions="sinusoidal", share_embeddings=False), False),
-    "post-LN, sinusoidal, joint, SiLU": (dict(norm="post", positions="sinusoidal", activation="silu"), True),
+    "post-LN, Marian's sinusoids, joint, SiLU": (
+        dict(norm="post", positions="sinusoidal", sinusoid_layout="halves", activation="silu"),
+        True,
+    ),
     "pre-LN, learned, joint, GELU": (dict(norm="pre", positions="learned", activation="gelu"), True),
 }
 

@@ -12,6 +12,7 @@ VARIANTS = [
     dict(),
     dict(pre_norm=False),
     dict(activation="silu"),
+    dict(sinusoid_layout="halves", pre_norm=False),
     dict(positions="learned"),
     dict(share_embeddings=False, tgt_vocab_size=40),
     dict(positions="relative"),
@@ -210,3 +211,20 @@ def test_the_feed_forward_applies_model_activation_with_the_same_parameter_names
     expected = feed_forward[2](function[activation](feed_forward[0](x)))
     assert torch.allclose(feed_forward(x), expected)
     assert feed_forward.state_dict().keys() == FeedForward(8, 16).state_dict().keys()
+
+
+def test_marian_s_sinusoids_are_every_sine_then_every_cosine():
+    """model.sinusoid_layout: halves, against Marian's formula written out: feature j of position p
+    is p / 10000^(2 (j // 2) / d), its sine in the first half (even j), its cosine in the second."""
+    import math
+
+    from attn_cli.model.positions import SinusoidalPositions
+
+    d, length = 16, 40
+    angle = [[p / 10000 ** (2 * (j // 2) / d) for j in range(d)] for p in range(length)]
+    expected = torch.tensor(
+        [[math.sin(row[j]) for j in range(0, d, 2)] + [math.cos(row[j]) for j in range(1, d, 2)] for row in angle]
+    )
+    assert torch.allclose(SinusoidalPositions(d, length, "halves")(0, length), expected, atol=1e-5)
+    assert torch.allclose(SinusoidalPositions(d, 8, "halves")(30, 10), expected[30:], atol=1e-5), "grown on demand"
+    assert not torch.allclose(SinusoidalPositions(d, length)(0, length), expected, atol=1e-2), "interleaved differs"

@@ -24,11 +24,17 @@ from torch import nn
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sin/cos encodings; computed for any length, so decoding is never cut short."""
+    """Fixed sin/cos encodings; computed for any length, so decoding is never cut short.
 
-    def __init__(self, d_model: int, max_positions: int):
+    Feature pair k is sin and cos of position x 10000^(-2k/d_model). `layout` orders the features:
+    "interleaved" puts each pair side by side (sin, cos, sin, cos, ..., the paper's formula), "halves"
+    puts every sine first and every cosine after them (Marian's order, and so the OPUS-MT models')."""
+
+    def __init__(self, d_model: int, max_positions: int, layout: str = "interleaved"):
         super().__init__()
-        self.d_model = d_model
+        if layout not in ("interleaved", "halves"):
+            raise ValueError(f"layout={layout!r} is not interleaved or halves")
+        self.d_model, self.layout = d_model, layout
         self.register_buffer("table", self._table(max_positions), persistent=False)
 
     def _table(self, length: int) -> torch.Tensor:
@@ -36,9 +42,11 @@ class SinusoidalPositions(nn.Module):
         frequency = torch.exp(
             torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model)
         )
+        sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: self.d_model // 2])
+        if self.layout == "halves":  # (length, ceil(d/2) + floor(d/2))
+            return torch.cat([sines, cosines], dim=1)
         table = torch.zeros(length, self.d_model)
-        table[:, 0::2] = torch.sin(position * frequency)
-        table[:, 1::2] = torch.cos(position * frequency[: self.d_model // 2])
+        table[:, 0::2], table[:, 1::2] = sines, cosines
         return table
 
     def forward(self, start: int, length: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ or one incremental step, and `forward(src, tgt_in)` for training. Layers take nu
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
@@ -167,6 +168,7 @@ class Transformer(nn.Module):
         pre_norm: bool = True,
         share_embeddings: bool = True,
         activation: str = "relu",
+        sinusoid_layout: str = "interleaved",
     ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -184,7 +186,8 @@ class Transformer(nn.Module):
         # Absolute positions are added to the embeddings; relative ones act inside self-attention:
         # T5's bias (one table for the encoder, bidirectional; one for the decoder, causal; none in
         # cross-attention, as in T5) or rotary queries and keys (attn_cli/model/positions.py).
-        absolute = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}.get(positions)
+        sinusoidal = functools.partial(SinusoidalPositions, layout=sinusoid_layout)
+        absolute = {"sinusoidal": sinusoidal, "learned": LearnedPositions}.get(positions)
         if absolute is None and positions not in ("relative", "rotary"):
             raise ValueError(f"positions={positions!r} is not sinusoidal, learned, relative or rotary")
         self.src_positions = absolute(d_model, max_positions) if absolute else None
@@ -334,4 +337,5 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> T
         pre_norm=cfg.norm == "pre",
         share_embeddings=cfg.share_embeddings,
         activation=cfg.activation,
+        sinusoid_layout=cfg.sinusoid_layout,
     )
