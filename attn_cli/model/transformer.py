@@ -7,7 +7,6 @@ or one incremental step, and `forward(src, tgt_in)` for training. Layers take nu
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
@@ -186,12 +185,15 @@ class Transformer(nn.Module):
         # Absolute positions are added to the embeddings; relative ones act inside self-attention:
         # T5's bias (one table for the encoder, bidirectional; one for the decoder, causal; none in
         # cross-attention, as in T5) or rotary queries and keys (attn_cli/model/positions.py).
-        sinusoidal = functools.partial(SinusoidalPositions, layout=sinusoid_layout)
-        absolute = {"sinusoidal": sinusoidal, "learned": LearnedPositions}.get(positions)
-        if absolute is None and positions not in ("relative", "rotary"):
+        if positions not in ("sinusoidal", "learned", "relative", "rotary"):
             raise ValueError(f"positions={positions!r} is not sinusoidal, learned, relative or rotary")
-        self.src_positions = absolute(d_model, max_positions) if absolute else None
-        self.tgt_positions = absolute(d_model, max_positions) if absolute else None
+
+        def absolute_positions() -> Optional[nn.Module]:
+            if positions == "sinusoidal":
+                return SinusoidalPositions(d_model, max_positions, sinusoid_layout)
+            return LearnedPositions(d_model, max_positions) if positions == "learned" else None
+
+        self.src_positions, self.tgt_positions = absolute_positions(), absolute_positions()
         relative = positions == "relative"
         self.encoder_bias = RelativePositionBias(num_heads, True, d_model) if relative else None
         self.decoder_bias = RelativePositionBias(num_heads, False, d_model) if relative else None
