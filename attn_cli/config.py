@@ -246,6 +246,7 @@ class ModelConfig:
     norm: Literal["pre", "post"] = "pre"
     activation: Literal["relu", "gelu", "silu"] = "relu"  # the feed-forward's; silu (swish) is Marian's
     share_embeddings: bool = True  # needs a joint vocabulary
+    output_bias: bool = False  # a trained bias per target token added to the logits, as Marian has
 
     def validate(self, path: str) -> None:
         _check_numbers(self, path)

@@ -39,6 +39,8 @@ def _random_model(model_cfg: ModelConfig, joint: bool):
         for parameter in model.parameters():
             if parameter.dim() > 1:
                 parameter.mul_(3.0)
+        if model.output_bias is not None:  # a bias that changes what is chosen
+            model.output_bias.normal_(0.0, 2.0)
     return cfg, tokenizers, model
 
 
@@ -47,8 +49,8 @@ VARIANTS = {
     "post-LN, learned, separate": (dict(norm="post", positions="learned", share_embeddings=False), False),
     "pre-LN, learned, joint": (dict(norm="pre", positions="learned"), True),
     "post-LN, sinusoidal, separate": (dict(norm="post", positions="sinusoidal", share_embeddings=False), False),
-    "post-LN, Marian's sinusoids, joint, SiLU": (
-        dict(norm="post", positions="sinusoidal", sinusoid_layout="halves", activation="silu"),
+    "post-LN, Marian's sinusoids, joint, SiLU, logits bias": (
+        dict(norm="post", positions="sinusoidal", sinusoid_layout="halves", activation="silu", output_bias=True),
         True,
     ),
     "pre-LN, learned, joint, GELU": (dict(norm="pre", positions="learned", activation="gelu"), True),

@@ -95,7 +95,7 @@ def test_without_gradient_recording_it_computes_only_the_loss(monkeypatch):
     hidden, weight, labels = inputs(seed=5)  # both require gradients
     calls = []
     real_chunked = loss_module._chunked
-    monkeypatch.setattr(loss_module, "_chunked", lambda *args: calls.append(args[5]) or real_chunked(*args))
+    monkeypatch.setattr(loss_module, "_chunked", lambda *args: calls.append(args[6]) or real_chunked(*args))
     with torch.no_grad():
         total = projected_label_smoothed_loss(hidden, weight, labels, 0.1)
         expected = plain(hidden, weight, labels, 0.1)
@@ -104,3 +104,21 @@ def test_without_gradient_recording_it_computes_only_the_loss(monkeypatch):
     assert calls == [False, False], "gradients were computed with gradient recording off"
     torch.testing.assert_close(total, expected)
     assert not total.requires_grad
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 1000])
+def test_the_projected_loss_with_an_output_bias_equals_the_loss_of_the_biased_logits(monkeypatch, chunk_rows):
+    hidden, weight, labels = inputs(seed=8)
+    bias = torch.randn(weight.shape[0], generator=torch.Generator().manual_seed(9)).requires_grad_()
+    monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", chunk_rows * weight.shape[0])
+
+    def measured(function):
+        hidden.grad = weight.grad = bias.grad = None
+        (function() * 0.37).backward()
+        return [function().detach(), hidden.grad.clone(), weight.grad.clone(), bias.grad.clone()]
+
+    expected = measured(lambda: label_smoothed_loss(torch.nn.functional.linear(hidden, weight, bias), labels, 0.1)[0])
+    got = measured(lambda: projected_label_smoothed_loss(hidden, weight, labels, 0.1, bias))
+    for name, a, b in zip(("loss", "hidden gradient", "weight gradient", "bias gradient"), got, expected):
+        torch.testing.assert_close(a, b, msg=name, rtol=1e-5, atol=1e-5)
+    assert got[3].abs().sum() > 0

@@ -13,6 +13,7 @@ VARIANTS = [
     dict(pre_norm=False),
     dict(activation="silu"),
     dict(sinusoid_layout="halves", pre_norm=False),
+    dict(output_bias=True, pre_norm=False, activation="silu"),
     dict(positions="learned"),
     dict(share_embeddings=False, tgt_vocab_size=40),
     dict(positions="relative"),
@@ -228,3 +229,21 @@ def test_marian_s_sinusoids_are_every_sine_then_every_cosine():
     assert torch.allclose(SinusoidalPositions(d, length, "halves")(0, length), expected, atol=1e-5)
     assert torch.allclose(SinusoidalPositions(d, 8, "halves")(30, 10), expected[30:], atol=1e-5), "grown on demand"
     assert not torch.allclose(SinusoidalPositions(d, length)(0, length), expected, atol=1e-2), "interleaved differs"
+
+
+def test_the_output_bias_is_added_to_every_logit_and_learns():
+    """model.output_bias: the logits are the plain model's plus one trained offset per target token;
+    a model without one has no such parameter, so older checkpoints load as they are."""
+    from attn_cli.training.step import TrainingObjective
+
+    torch.manual_seed(0)
+    plain = small_model()
+    biased = small_model(output_bias=True)
+    assert "output_bias" not in plain.state_dict()
+    biased.load_state_dict({**plain.state_dict(), "output_bias": torch.randn(50)})
+    src, tgt = random_source(2, 6), torch.randint(4, 50, (2, 5))
+    expected = plain.decode(tgt, plain.encode(src)) + biased.output_bias
+    torch.testing.assert_close(biased.decode(tgt, biased.encode(src)), expected)
+    biased.train()
+    TrainingObjective(biased, 0.1)(src, tgt, torch.randint(4, 50, (2, 5))).backward()
+    assert biased.output_bias.grad is not None and biased.output_bias.grad.abs().sum() > 0

@@ -90,7 +90,8 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
     _set_stack(spec.encoder, weights, "encoder", "src_embedding", positions, model.d_model, cross=False)
     _set_stack(spec.decoder, weights, "decoder", "tgt_embedding", positions, model.d_model, cross=True)
     spec.decoder.projection.weight = weights["tgt_embedding.weight"]  # tied to the target embedding
-    spec.decoder.projection.bias = np.zeros(weights["tgt_embedding.weight"].shape[0], dtype=np.float32)
+    vocabulary = weights["tgt_embedding.weight"].shape[0]
+    spec.decoder.projection.bias = weights.get("output_bias", np.zeros(vocabulary, dtype=np.float32))
 
     source, target = tokenizers.source, tokenizers.target
     spec.register_source_vocabulary(_pieces(source))

@@ -168,6 +168,7 @@ class Transformer(nn.Module):
         share_embeddings: bool = True,
         activation: str = "relu",
         sinusoid_layout: str = "interleaved",
+        output_bias: bool = False,
     ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -205,6 +206,8 @@ class Transformer(nn.Module):
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        # A bias per target token added to the logits (Marian has one); none in the paper.
+        self.register_parameter("output_bias", nn.Parameter(torch.zeros(tgt_vocab_size)) if output_bias else None)
         # Recompute each layer in backward instead of keeping its activations: less memory, more
         # compute. The trainer sets it; it acts only in training mode with gradients on.
         self.gradient_checkpointing = False
@@ -250,12 +253,12 @@ class Transformer(nn.Module):
         cache, tgt_in holds only the new positions; earlier ones come from the cache, and every
         new query may see every cached key, so no mask is needed for a single-step update.
         """
-        return F.linear(self._decoder_states(tgt_in, encoded, cache, attention), self.output_weight)
+        return F.linear(self._decoder_states(tgt_in, encoded, cache, attention), self.output_weight, self.output_bias)
 
     def decode_hidden(self, tgt_in: torch.Tensor, encoded: Encoded) -> torch.Tensor:
         """The decoder's final hidden states (B, T, D) under teacher forcing, before the output
-        projection: training projects them inside its loss (`attn_cli.training.loss`) rather than
-        building the logits."""
+        projection (`output_weight`, and `output_bias` when the model has one): training projects
+        them inside its loss (`attn_cli.training.loss`) rather than building the logits."""
         return self._decoder_states(tgt_in, encoded, None, None)
 
     def _decoder_states(
@@ -340,4 +343,5 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> T
         share_embeddings=cfg.share_embeddings,
         activation=cfg.activation,
         sinusoid_layout=cfg.sinusoid_layout,
+        output_bias=cfg.output_bias,
     )

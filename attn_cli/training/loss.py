@@ -13,6 +13,8 @@ backward. docs/benchmarks.md has the figures (`scripts/bench_train.py --parts lo
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -33,11 +35,16 @@ def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: f
 
 
 def projected_label_smoothed_loss(
-    hidden: torch.Tensor, output_weight: torch.Tensor, labels: torch.Tensor, smoothing: float
+    hidden: torch.Tensor,
+    output_weight: torch.Tensor,
+    labels: torch.Tensor,
+    smoothing: float,
+    output_bias: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """`label_smoothed_loss(hidden @ output_weight.T, labels, smoothing)[0]` without the logits.
+    """`label_smoothed_loss(F.linear(hidden, output_weight, output_bias), labels, smoothing)[0]`
+    without the logits.
 
-    hidden (B, T, D) decoder output, output_weight (V, D), labels (B, T). Under autocast the
+    hidden (B, T, D) decoder output, output_weight (V, D), output_bias (V,) or None, labels (B, T). Under autocast the
     matrix products run in the autocast dtype, as they would for the logits, and the softmax in fp32.
     It does not count the target tokens: the caller knows them, and on a GPU counting would wait
     for the device.
@@ -46,10 +53,19 @@ def projected_label_smoothed_loss(
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     # Inside the Function, needs_input_grad says whether the inputs require gradients, not whether
     # gradients are being recorded; under no_grad the gradients would be computed for nothing.
-    wants_gradients = torch.is_grad_enabled() and (hidden.requires_grad or output_weight.requires_grad)
+    wants_gradients = torch.is_grad_enabled() and (
+        hidden.requires_grad or output_weight.requires_grad or (output_bias is not None and output_bias.requires_grad)
+    )
     chunk_elements = CHUNK_ELEMENTS if device == "cpu" else GPU_CHUNK_ELEMENTS
     return _ProjectedLabelSmoothedLoss.apply(
-        hidden.flatten(0, 1), output_weight, labels.flatten(), smoothing, dtype, wants_gradients, chunk_elements
+        hidden.flatten(0, 1),
+        output_weight,
+        output_bias,
+        labels.flatten(),
+        smoothing,
+        dtype,
+        wants_gradients,
+        chunk_elements,
     )
 
 
@@ -58,31 +74,44 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     only scales them by the incoming gradient (a scalar: the loss is a sum)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, smoothing, dtype, wants_gradients, chunk_elements):
-        # hidden (N, D), weight (V, D), labels (N,). Casts are explicit, so autocast stays out of it.
+    def forward(ctx, hidden, weight, bias, labels, smoothing, dtype, wants_gradients, chunk_elements):
+        # hidden (N, D), weight (V, D), bias (V,) or None, labels (N,). Casts are explicit, so
+        # autocast stays out of it.
         with torch.autocast(hidden.device.type, enabled=False):
-            total, grad_hidden, grad_weight = _chunked(
-                hidden, weight, labels, smoothing, dtype, wants_gradients, max(1, chunk_elements // weight.shape[0])
+            total, grad_hidden, grad_weight, grad_bias = _chunked(
+                hidden,
+                weight,
+                bias,
+                labels,
+                smoothing,
+                dtype,
+                wants_gradients,
+                max(1, chunk_elements // weight.shape[0]),
             )
-        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_total, grad_weight * grad_total, None, None, None, None, None
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        grad_bias = grad_bias * grad_total if ctx.has_bias else None
+        return grad_hidden * grad_total, grad_weight * grad_total, grad_bias, None, None, None, None, None
 
 
-def _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients, chunk):
+def _chunked(hidden, weight, bias, labels, smoothing, dtype, wants_gradients, chunk):
     rows, vocabulary = hidden.shape[0], weight.shape[0]
     matrix = weight.to(dtype)
+    offsets = bias.to(dtype) if bias is not None else None
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if wants_gradients else None
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if wants_gradients else None
+    grad_bias = torch.zeros(vocabulary, dtype=torch.float32, device=weight.device) if wants_gradients else None
     for start in range(0, rows, chunk):
         inputs = hidden[start : start + chunk].to(dtype)
         targets = labels[start : start + chunk]
-        logits = (inputs @ matrix.t()).float()  # (chunk, V)
+        # (chunk, V), as F.linear computes them: the bias added in the matrix product's dtype
+        logits = (inputs @ matrix.t() if offsets is None else torch.addmm(offsets, inputs, matrix.t())).float()
         real = targets != PAD_ID
         # loss = (1 - eps) * (lse - z_y) + eps * (lse - mean z): cross-entropy against the target
         # mixed with the uniform distribution, as F.cross_entropy's label_smoothing defines it.
@@ -105,4 +134,6 @@ def _chunked(hidden, weight, labels, smoothing, dtype, wants_gradients, chunk):
             grad_weight.addmm_(gradient.t(), inputs)
         else:
             grad_weight += (gradient.t() @ inputs).float()
-    return total, grad_hidden, grad_weight
+        if offsets is not None:
+            grad_bias += gradient.sum(dim=0, dtype=torch.float32)
+    return total, grad_hidden, grad_weight, grad_bias

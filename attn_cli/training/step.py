@@ -46,7 +46,9 @@ class TrainingObjective(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
         hidden = self.model.decode_hidden(tgt_in, self.model.encode(src))
-        return projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out, self.label_smoothing)
+        return projected_label_smoothed_loss(
+            hidden, self.model.output_weight, tgt_out, self.label_smoothing, self.model.output_bias
+        )
 
 
 @dataclass
