@@ -206,9 +206,17 @@ class TokenizerConfig:
     # in every output, and the references keep it; identity leaves text as it is.
     normalization: Literal["identity", "nfkc", "nmt_nfkc"] = "identity"
     max_training_sentences: int = 2_000_000
+    # A piece put before every source sentence: the target language of a multi-target model
+    # (">>cmn_Hans<<" for OPUS-MT's English-Chinese). A tokenizer trained here gets it as a piece.
+    source_prefix: Optional[str] = None
 
     def validate(self, path: str) -> None:
         _check_numbers(self, path)
+        if self.source_prefix is not None and (not self.source_prefix or any(c.isspace() for c in self.source_prefix)):
+            _fail(
+                f"{path}.source_prefix",
+                f"{self.source_prefix!r} must be one piece, without spaces, such as '>>cmn_Hans<<'; or leave it out",
+            )
         if self.vocab_size < 300:
             _fail(
                 f"{path}.vocab_size",

@@ -100,3 +100,50 @@ def test_a_damaged_tokenizer_model_is_named_with_the_fix(tmp_path):
         r"file\); train it again with `attn tokenizer --retrain`$",
     ):
         Tokenizers.load(tmp_path)
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_a_source_prefix_is_one_piece_before_every_source_and_travels_with_the_tokenizer(tmp_path, joint):
+    """tokenizer.source_prefix: a multi-target model's language token, once at the start of each
+    source (not of a target), kept by save/load and by a checkpoint's state."""
+    cfg = dataclasses.replace(CONFIG, joint=joint, source_prefix=">>cmn_Hans<<")
+    tokenizers = train_tokenizers(ENGLISH, CHINESE, cfg)
+    prefix = tokenizers.source.piece_to_id(">>cmn_Hans<<")
+    assert prefix > EOS_ID
+    sources = tokenizers.encode_sources(ENGLISH[:3])
+    assert sources == [[prefix, *ids] for ids in tokenizers.source.encode(ENGLISH[:3])]
+    tokenizers.save(tmp_path)
+    for copy in (Tokenizers.load(tmp_path), Tokenizers.from_state(tokenizers.to_state())):
+        assert copy.source_prefix == ">>cmn_Hans<<" and copy.encode_sources(ENGLISH[:3]) == sources
+        assert copy.joint == joint
+    plain = train_tokenizers(ENGLISH, CHINESE, CONFIG)
+    assert plain.encode_sources(ENGLISH[:3]) == plain.source.encode(ENGLISH[:3])
+    old_state = {"source": plain.source.model_proto, "target": None}  # a checkpoint from before the key
+    assert Tokenizers.from_state(old_state).source_prefix is None
+    with pytest.raises(TokenizerError, match="tokenizer.source_prefix '>>fra<<' is not a piece"):
+        Tokenizers(plain.source, plain.target, ">>fra<<")
+
+
+def test_a_vocabulary_of_its_own_maps_pieces_to_its_ids(tmp_path):
+    """Two SentencePiece models sharing one vocabulary whose ids are not theirs (an imported model):
+    a piece's id is its place in the vocabulary, a piece it lacks is <unk>, decoding maps back."""
+    source = train_tokenizers(ENGLISH, ENGLISH, CONFIG).source
+    target = train_tokenizers(CHINESE, CHINESE, CONFIG).target
+    pieces = sorted({p for t in (source, target) for p in t.id_to_piece(range(4, t.vocab_size))}, reverse=True)
+    vocabulary = ["<pad>", "<unk>", "<s>", "</s>", *pieces[:-5]]  # the last five pieces left out
+    missing = set(pieces[-5:])
+    tokenizers = Tokenizers(
+        type(source)(source.model_proto, vocabulary=vocabulary), type(target)(target.model_proto, vocabulary=vocabulary)
+    )
+    assert tokenizers.joint and tokenizers.source.vocab_size == len(vocabulary)
+    text = ENGLISH[7]
+    expected = [UNK_ID if p in missing else vocabulary.index(p) for p in source.encode_pieces([text])[0]]
+    assert tokenizers.source.encode([text]) == [expected] != source.encode([text])
+    chinese = tokenizers.target.encode(CHINESE[:5])
+    if not any(UNK_ID in ids for ids in chinese):
+        assert tokenizers.target.decode(chinese) == CHINESE[:5]
+    tokenizers.save(tmp_path)
+    reloaded = Tokenizers.load(tmp_path)
+    assert reloaded.source.encode([text]) == [expected] and reloaded.target.vocabulary == vocabulary
+    with pytest.raises(TokenizerError, match="must begin with <pad>, <unk>, <s>, </s>"):
+        type(source)(source.model_proto, vocabulary=["<unk>", "<pad>", "<s>", "</s>", "a"])

@@ -133,7 +133,7 @@ def _joined_rows(
         sources.append(settings.source_separator.join(src_texts[start:end]))
         targets.append(settings.target_separator.join(tgt_texts[start:end]))
         start = end
-    return tokenizers.source.encode(sources), tokenizers.target.encode(targets)
+    return tokenizers.encode_sources(sources), tokenizers.target.encode(targets)
 
 
 def _in_memory_pairs(src_rows: list[np.ndarray], tgt_rows: list[np.ndarray]) -> TokenizedPairs:

@@ -129,7 +129,7 @@ def _tokenize_into(writer: TokenizedPairsWriter, pairs: Iterable[Pair], tokenize
     """Tokenize `pairs` a chunk at a time and add those within the length limits to `writer`; how many were kept."""
     kept = 0
     for chunk in _chunks(pairs, _ENCODE_CHUNK):
-        sources = tokenizers.source.encode([source for source, _ in chunk])
+        sources = tokenizers.encode_sources([source for source, _ in chunk])
         targets = tokenizers.target.encode([target for _, target in chunk])
         keep = within_length_limits(
             [len(s) for s in sources],
@@ -168,7 +168,7 @@ def _describe(stats: dict) -> str:
 
 def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers) -> list[Example]:
     """Token ids of each (source, target) pair, numbered in corpus order."""
-    sources = tokenizers.source.encode([p[0] for p in pairs])
+    sources = tokenizers.encode_sources([p[0] for p in pairs])
     targets = tokenizers.target.encode([p[1] for p in pairs])
     return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
@@ -213,6 +213,13 @@ def reservoir_sample(items: Iterable[Pair], size: int, seed: int) -> list[Pair]:
 def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
     """A reused tokenizer must be the one the config describes, or the model is built wrong."""
     sizes = {tokenizers.source.vocab_size, tokenizers.target.vocab_size}
+    if tokenizers.source_prefix != cfg.tokenizer.source_prefix:
+        raise ConfigError(
+            f"{directory} puts {tokenizers.source_prefix!r} before each source, but the config's "
+            f"tokenizer.source_prefix is {cfg.tokenizer.source_prefix!r}; set it to {tokenizers.source_prefix!r}, "
+            f"or run `attn tokenizer --retrain` with this config",
+            "tokenizer.source_prefix",
+        )
     if tokenizers.joint != cfg.tokenizer.joint or sizes != {cfg.tokenizer.vocab_size}:
         kind = "joint" if tokenizers.joint else "separate"
         raise ConfigError(

@@ -3,15 +3,22 @@
 A `Tokenizers` pair holds the source and the target model; with a joint vocabulary both are the
 same object. The serialized models travel inside every checkpoint, so a checkpoint alone can
 translate.
+
+A model imported from elsewhere (Marian's OPUS-MT models, attn_cli/huggingface/) may bring two
+SentencePiece models that share one vocabulary whose ids are not SentencePiece's own: the
+tokenizer then carries that vocabulary, a piece per model id, and maps pieces through it. A
+`source_prefix` token (">>cmn_Hans<<", the target language of a multi-target model) goes before
+every source sentence.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import sentencepiece as spm
 
@@ -25,16 +32,37 @@ class TokenizerError(UserError, ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
 
 
-class Tokenizer:
-    """One SentencePiece model, built from its serialized bytes."""
+# The pieces a vocabulary of its own names attn's special ids by, in id order (PAD_ID .. EOS_ID).
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 
-    def __init__(self, model_proto: bytes, origin: str = "the tokenizer model"):
+# Where a tokenizer directory keeps what the SentencePiece files do not hold: the vocabulary of
+# its own and the source prefix, when there are any.
+SETTINGS_FILE = "tokenizer.json"
+
+
+class Tokenizer:
+    """One SentencePiece model, built from its serialized bytes; with a `vocabulary` (a piece per
+    id), ids are positions in it, and a piece it lacks is <unk>."""
+
+    def __init__(
+        self, model_proto: bytes, origin: str = "the tokenizer model", vocabulary: Optional[Sequence[str]] = None
+    ):
         self.model_proto = model_proto
         try:
             self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
         except (RuntimeError, TypeError):  # SentencePiece's own message only says the parse failed
             raise TokenizerError(f"{origin} is not a SentencePiece model (damaged, or another kind of file)") from None
-        if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (
+        self.vocabulary = None if vocabulary is None else list(vocabulary)
+        if self.vocabulary is not None:
+            self._ids = {piece: i for i, piece in enumerate(self.vocabulary)}
+            if tuple(self.vocabulary[: len(SPECIAL_PIECES)]) != SPECIAL_PIECES or len(self._ids) != len(
+                self.vocabulary
+            ):
+                raise TokenizerError(
+                    f"the vocabulary of {origin} must begin with {', '.join(SPECIAL_PIECES)} and name each piece "
+                    f"once; import the model again with `attn import`"
+                )
+        elif (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (
             PAD_ID,
             UNK_ID,
             BOS_ID,
@@ -45,19 +73,21 @@ class Tokenizer:
             )
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
+    def load(cls, path: str | Path, vocabulary: Optional[Sequence[str]] = None) -> "Tokenizer":
         try:
-            return cls(Path(path).read_bytes(), str(path))
+            return cls(Path(path).read_bytes(), str(path), vocabulary)
         except TokenizerError as error:
             raise TokenizerError(f"{error}; train it again with `attn tokenizer --retrain`") from None
 
     @property
     def vocab_size(self) -> int:
-        return self._sp.get_piece_size()
+        return self._sp.get_piece_size() if self.vocabulary is None else len(self.vocabulary)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids without BOS/EOS; the batcher and the decoder add those."""
-        return self._sp.encode(list(texts), out_type=int)
+        if self.vocabulary is None:
+            return self._sp.encode(list(texts), out_type=int)
+        return [[self._ids.get(piece, UNK_ID) for piece in pieces] for pieces in self.encode_pieces(texts)]
 
     def encode_pieces(self, texts: Sequence[str]) -> list[list[str]]:
         return self._sp.encode(list(texts), out_type=str)
@@ -65,51 +95,95 @@ class Tokenizer:
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Texts of id sequences, padding, BOS and EOS left out. An unknown piece stays visible, as
         SentencePiece writes it (" ⁇ "): a word the vocabulary lacks must not vanish from an output."""
-        return self._sp.decode([[i for i in seq if i == UNK_ID or i > EOS_ID] for seq in ids])
+        kept = [[i for i in seq if i == UNK_ID or i > EOS_ID] for seq in ids]
+        if self.vocabulary is None:
+            return self._sp.decode(kept)
+        return [self._sp.decode_pieces([self.vocabulary[i] for i in seq]) for seq in kept]
 
     def piece_to_id(self, piece: str) -> int:
-        return self._sp.piece_to_id(piece)
+        return self._sp.piece_to_id(piece) if self.vocabulary is None else self._ids.get(piece, UNK_ID)
 
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
-        return [self._sp.id_to_piece(i) for i in ids]
+        if self.vocabulary is None:
+            return [self._sp.id_to_piece(i) for i in ids]
+        return [self.vocabulary[i] for i in ids]
 
     def piece_texts(self) -> list[str | None]:
         """Per id, the text the piece adds to an output (▁ is a space); None for the pieces that add
         none of their own: the special ones, <unk>, and byte pieces (a byte is not a character)."""
         sp = self._sp
-        return [
-            None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) else sp.id_to_piece(i).replace("▁", " ")
-            for i in range(self.vocab_size)
-        ]
+        if self.vocabulary is None:
+            return [
+                None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) else sp.id_to_piece(i).replace("▁", " ")
+                for i in range(self.vocab_size)
+            ]
+        texts: list[str | None] = [None] * len(SPECIAL_PIECES)
+        for piece in self.vocabulary[len(SPECIAL_PIECES) :]:
+            own = sp.piece_to_id(piece)  # SentencePiece's id, or its <unk> for a piece it lacks
+            special = sp.is_control(own) or sp.is_byte(own) or (sp.is_unknown(own) and piece == sp.id_to_piece(own))
+            texts.append(None if special else piece.replace("▁", " "))
+        return texts
 
 
 @dataclass(frozen=True)
 class Tokenizers:
     source: Tokenizer
     target: Tokenizer
+    source_prefix: Optional[str] = None  # tokenizer.source_prefix: a piece put before every source sentence
+
+    def __post_init__(self) -> None:
+        if self.source_prefix is not None and self.source.piece_to_id(self.source_prefix) == UNK_ID:
+            raise TokenizerError(
+                f"tokenizer.source_prefix {self.source_prefix!r} is not a piece of the source vocabulary; "
+                f"name one of its pieces, or train the tokenizer again with `attn tokenizer --retrain`"
+            )
 
     @property
     def joint(self) -> bool:
-        return self.source is self.target
+        """One vocabulary for both languages: one SentencePiece model, or two sharing one vocabulary."""
+        shared = self.source.vocabulary is not None and self.source.vocabulary == self.target.vocabulary
+        return self.source is self.target or shared
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source ids without EOS (the batcher adds it), the source prefix first when there is one."""
+        ids = self.source.encode(texts)
+        if self.source_prefix is None:
+            return ids
+        first = self.source.piece_to_id(self.source_prefix)
+        return [[first, *row] for row in ids]
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        for old in ("joint.model", "source.model", "target.model"):  # a retrain may switch joint <-> separate
+        # a retrain may switch joint <-> separate, or leave an imported vocabulary behind
+        for old in ("joint.model", "source.model", "target.model", SETTINGS_FILE):
             (directory / old).unlink(missing_ok=True)
-        if self.joint:
+        if self.source is self.target:
             write_whole(directory / "joint.model", self.source.model_proto)
         else:  # a run that stops between the two has no pair, and trains the tokenizer again
             write_whole(directory / "source.model", self.source.model_proto)
             write_whole(directory / "target.model", self.target.model_proto)
+        settings = self._settings()
+        if any(value is not None for value in settings.values()):
+            write_whole(directory / SETTINGS_FILE, json.dumps(settings, ensure_ascii=False, indent=1) + "\n")
+
+    def _settings(self) -> dict:
+        return {"vocabulary": self.source.vocabulary, "source_prefix": self.source_prefix}
 
     @classmethod
     def load(cls, directory: str | Path) -> "Tokenizers":
         directory = Path(directory)
+        settings_file = directory / SETTINGS_FILE
+        settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+        vocabulary, prefix = settings.get("vocabulary"), settings.get("source_prefix")
         if (directory / "joint.model").is_file():
-            joint = Tokenizer.load(directory / "joint.model")
-            return cls(joint, joint)
-        return cls(Tokenizer.load(directory / "source.model"), Tokenizer.load(directory / "target.model"))
+            joint = Tokenizer.load(directory / "joint.model", vocabulary)
+            return cls(joint, joint, prefix)
+        return cls(
+            Tokenizer.load(directory / "source.model", vocabulary),
+            Tokenizer.load(directory / "target.model", vocabulary),
+            prefix,
+        )
 
     @staticmethod
     def exists(directory: str | Path) -> bool:
@@ -119,16 +193,23 @@ class Tokenizers:
         )
 
     def to_state(self) -> dict:
-        return {"source": self.source.model_proto, "target": None if self.joint else self.target.model_proto}
+        target = None if self.source is self.target else self.target.model_proto
+        return {"source": self.source.model_proto, "target": target, **self._settings()}
 
     @classmethod
     def from_state(cls, state: dict) -> "Tokenizers":
-        source = Tokenizer(state["source"])
-        return cls(source, source if state["target"] is None else Tokenizer(state["target"]))
+        """A checkpoint's tokenizers; one saved before vocabularies and prefixes has neither."""
+        vocabulary = state.get("vocabulary")
+        source = Tokenizer(state["source"], vocabulary=vocabulary)
+        target = source if state["target"] is None else Tokenizer(state["target"], vocabulary=vocabulary)
+        return cls(source, target, state.get("source_prefix"))
 
 
-def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: int = 1) -> Tokenizer:
-    """Train one SentencePiece model in memory on the given sentences."""
+def train_sentencepiece(
+    sentences: Iterable[str], cfg: TokenizerConfig, seed: int = 1, symbols: Sequence[str] = ()
+) -> Tokenizer:
+    """Train one SentencePiece model in memory on the given sentences; each of `symbols` becomes a
+    piece of its own (tokenizer.source_prefix)."""
     sentences = [s for s in sentences if s.strip()]
     if len(sentences) > cfg.max_training_sentences:
         sentences = random.Random(seed).sample(sentences, cfg.max_training_sentences)
@@ -149,6 +230,7 @@ def train_sentencepiece(sentences: Iterable[str], cfg: TokenizerConfig, seed: in
             unk_id=UNK_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,
+            user_defined_symbols=list(symbols),
             # Sentences are short and numerous; shuffled input keeps sampling fair.
             input_sentence_size=cfg.max_training_sentences,
             shuffle_input_sentence=True,
@@ -179,7 +261,12 @@ def _explain_training_error(message: str, cfg: TokenizerConfig) -> str:
 def train_tokenizers(
     src_sentences: Sequence[str], tgt_sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1
 ) -> Tokenizers:
+    symbols = [] if cfg.source_prefix is None else [cfg.source_prefix]
     if cfg.joint:
-        joint = train_sentencepiece(list(src_sentences) + list(tgt_sentences), cfg, seed)
-        return Tokenizers(joint, joint)
-    return Tokenizers(train_sentencepiece(src_sentences, cfg, seed), train_sentencepiece(tgt_sentences, cfg, seed))
+        joint = train_sentencepiece(list(src_sentences) + list(tgt_sentences), cfg, seed, symbols)
+        return Tokenizers(joint, joint, cfg.source_prefix)
+    return Tokenizers(
+        train_sentencepiece(src_sentences, cfg, seed, symbols),
+        train_sentencepiece(tgt_sentences, cfg, seed),
+        cfg.source_prefix,
+    )

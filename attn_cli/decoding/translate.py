@@ -199,7 +199,7 @@ def translate_sentences(
         raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
     else:
         device = torch.device("cpu")
-    encoded = tokenizers.source.encode([s.strip() for s in sentences])
+    encoded = tokenizers.encode_sources([s.strip() for s in sentences])
     parts = [
         fit_to_length(ids, max_source_tokens, options.long_inputs, tokenizers.source.id_to_piece) for ids in encoded
     ]

@@ -164,7 +164,7 @@ class _CorpusTokenCounter:
 
     def _count(self) -> None:
         data = self.cfg.data
-        sources = self.tokenizers.source.encode([pair[0] for pair in self.pending])
+        sources = self.tokenizers.encode_sources([pair[0] for pair in self.pending])
         targets = self.tokenizers.target.encode([pair[1] for pair in self.pending])
         self.pending = []
         for counts, rows in ((self.source, sources), (self.target, targets)):

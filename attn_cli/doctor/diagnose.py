@@ -100,7 +100,8 @@ def _saved_tokenizers(cfg: Config, run: RunPaths) -> Optional[Tokenizers]:
     except UserError:
         return None
     sizes = {tokenizers.source.vocab_size, tokenizers.target.vocab_size}
-    return tokenizers if tokenizers.joint == cfg.tokenizer.joint and sizes == {cfg.tokenizer.vocab_size} else None
+    fits = tokenizers.joint == cfg.tokenizer.joint and tokenizers.source_prefix == cfg.tokenizer.source_prefix
+    return tokenizers if fits and sizes == {cfg.tokenizer.vocab_size} else None
 
 
 def _prepared(subject: Subject) -> Optional[PreparedData]:

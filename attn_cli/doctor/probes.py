@@ -71,7 +71,7 @@ def probe_batch(tokenizers: Tokenizers, test_pairs: Optional[list[Pair]], longes
 def _encoded(tokenizers: Tokenizers, pairs: list[Pair], limit: int) -> list[Example]:
     if not pairs:
         return []
-    sources = tokenizers.source.encode([pair[0] for pair in pairs])
+    sources = tokenizers.encode_sources([pair[0] for pair in pairs])
     targets = tokenizers.target.encode([pair[1] for pair in pairs])
     return [
         Example(index, source[:limit], target[:limit])

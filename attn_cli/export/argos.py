@@ -47,10 +47,16 @@ def export_argos(config: Config, tokenizers: Tokenizers, model: Transformer, out
         raise ExportError(f"--output {output} is not an {SUFFIX} file; name one, e.g. --output en_zh{SUFFIX}")
     if output.exists():
         raise ExportError(f"{output} already exists; give a new --output")
-    if not tokenizers.joint:
+    if tokenizers.source is not tokenizers.target:
         raise ExportError(
             "an Argos Translate package holds one SentencePiece model for both languages, and this model "
-            "has two (tokenizer.joint=false); train it with tokenizer.joint=true to export it to Argos"
+            "has two (tokenizer.joint=false, or imported with two); train it with tokenizer.joint=true to "
+            "export it to Argos"
+        )
+    if tokenizers.source_prefix is not None or tokenizers.source.vocabulary is not None:
+        raise ExportError(
+            "Argos Translate tokenizes with SentencePiece's own ids and puts no token before the source, and this "
+            "model needs its own vocabulary or tokenizer.source_prefix; export it with --format ctranslate2 instead"
         )
     source, target = argos_code(config.data.src_lang), argos_code(config.data.tgt_lang)
     top = f"translate-{source}_{target}-{PACKAGE_VERSION.replace('.', '_')}"

@@ -121,7 +121,7 @@ class Batcher:
         QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is dropped if
         it has not started); a cancelled caller (its client went away) drops its job too."""
         loop = asyncio.get_running_loop()
-        tokens = sum(len(ids) + 1 for ids in self.served.loaded.tokenizers.source.encode(list(sentences)))
+        tokens = sum(len(ids) + 1 for ids in self.served.loaded.tokenizers.encode_sources(list(sentences)))
         job = Job(list(sentences), options, prefixes, attention, tokens, loop.create_future(), loop)
         self._put(job)
         try:
