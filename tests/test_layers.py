@@ -21,9 +21,21 @@ ALLOWED = {
     "export": {"data", "model", "checkpoint", "decoding"},
     "translator": {"data", "model", "checkpoint", "decoding", "export"},
     "serving": {"data", "model", "checkpoint", "decoding", "export", "translator"},
+    "huggingface": {"data", "model", "checkpoint"},
     "training": {"data", "model", "checkpoint", "decoding"},
     "doctor": {"data", "model", "checkpoint", "decoding", "training"},
-    "cli": {"data", "model", "checkpoint", "decoding", "export", "translator", "serving", "training", "doctor"},
+    "cli": {
+        "data",
+        "model",
+        "checkpoint",
+        "decoding",
+        "export",
+        "translator",
+        "serving",
+        "huggingface",
+        "training",
+        "doctor",
+    },
 }
 
 
@@ -125,6 +137,9 @@ INFERENCE = [
     "attn_cli.cli.eval",
     "attn_cli.cli.export",
     "attn_cli.export.argos",
+    "attn_cli.huggingface.importing",
+    "attn_cli.huggingface.exporting",
+    "attn_cli.cli.importing",
     "attn_cli.cli.translator",
     "attn_cli.cli.serve",
     "attn_cli.translator",

@@ -10,6 +10,7 @@ from attn_cli.cli.common import reports_user_errors
 from attn_cli.cli.doctor import doctor
 from attn_cli.cli.eval import evaluate
 from attn_cli.cli.export import export
+from attn_cli.cli.importing import import_hf
 from attn_cli.cli.prepare import prepare
 from attn_cli.cli.serve import serve
 from attn_cli.cli.tokenizer import tokenizer
@@ -58,6 +59,11 @@ for name, command in [
     ("doctor", doctor),
 ]:
     app.command(name=name)(reports_user_errors(command))
+
+# `attn import hf ...`: one source of models so far, named so that others can join it.
+import_app = typer.Typer(help="Import a model trained elsewhere as an attn run.", no_args_is_help=True)
+import_app.command(name="hf")(reports_user_errors(import_hf))
+app.add_typer(import_app, name="import")
 
 
 def main() -> None:

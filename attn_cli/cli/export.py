@@ -3,6 +3,7 @@ Argos Translate package, for Argos Translate and LibreTranslate."""
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -10,11 +11,13 @@ from typing import Optional
 import typer
 
 from attn_cli.cli.common import CheckpointOption, RunOption, tell
+from attn_cli.errors import UserError
 
 
 class ExportFormat(str, Enum):
     ctranslate2 = "ctranslate2"
     argos = "argos"
+    hf = "hf"
 
 
 def export(
@@ -37,7 +40,8 @@ def export(
         "--format",
         "-f",
         help="ctranslate2: a model directory for attn translate/eval --model; "
-        "argos: an .argosmodel package that Argos Translate installs and LibreTranslate serves.",
+        "argos: an .argosmodel package that Argos Translate installs and LibreTranslate serves; "
+        "hf: a Transformers Marian directory with a model card, for the Hugging Face Hub.",
     ),
 ) -> None:
     """Export a trained model to CTranslate2, which decodes it several times faster (int8 on CPUs), or to Argos.
@@ -58,12 +62,22 @@ def export(
       attn translate --model exported/en-zh-int8 "I love machine learning"
 
       attn export --run runs/en-zh --format argos --output exported/en_zh.argosmodel
+
+      attn export --run runs/en-zh --format hf --output exported/en-zh-hf
+
+    With --format hf the directory loads with MarianMTModel.from_pretrained and
+    transformers.pipeline("translation", DIR), and its README.md is a model card with the BLEU and
+    chrF measured on the run's test split (needs the hf extra: pip install "attn-cli[hf]"). Only
+    post-LN models with model.sinusoid_layout: halves and one vocabulary export: Marian has no other.
     """
     # torch and ctranslate2: imported when run, not for --help
     from attn_cli.checkpoint import find_checkpoint, load_checkpoint
     from attn_cli.export.convert import export as export_model
     from attn_cli.export.convert import import_ctranslate2
 
+    if export_format is ExportFormat.hf:
+        _export_hf(find_checkpoint(run, checkpoint), output)
+        return
     import_ctranslate2()  # before any work: without it, say how to install it
     path = find_checkpoint(run, checkpoint)
     loaded = load_checkpoint(path)
@@ -78,3 +92,35 @@ def export(
         return
     export_model(loaded.config, loaded.tokenizers, loaded.model, output, quantization)
     tell(f"exported {path} ({quantization}) to {output}; translate with `attn translate --model {output}`")
+
+
+def _export_hf(path: Path, output: Path) -> None:
+    """The Transformers export, its card scored on the run's test split when the run has one."""
+    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.huggingface.exporting import export_marian
+    from attn_cli.huggingface.marian import refusal
+    from attn_cli.paths import RunPaths
+
+    loaded = load_checkpoint(path)
+    why = refusal(loaded.config.model, loaded.tokenizers.joint)
+    if why is not None:  # before any decoding
+        raise UserError(why)
+    cfg = loaded.config
+    paths = RunPaths.of_checkpoint(path)
+    source, reference = paths.split_file("test", cfg.data.src_lang), paths.split_file("test", cfg.data.tgt_lang)
+    scores = []
+    if source.is_file() and reference.is_file():
+        from attn_cli.decoding.io import read_parallel
+        from attn_cli.decoding.scoring import score_translations
+        from attn_cli.translator import Loaded, translate
+
+        sources, references = read_parallel(source, reference)
+        tell(f"scoring {len(sources):,} test sentences for the model card ({source})")
+        options = dataclasses.replace(cfg.decode, n_best=1)
+        hypotheses = [t.texts[0] for t in translate(Loaded([path], [loaded]), sources, options)]
+        scores = score_translations(hypotheses, references, cfg.data.tgt_lang)
+    export_marian(loaded, output, scores, source if scores else None)
+    tell(
+        f"exported {path} to {output} for Transformers (MarianMTModel, with a model card); upload it with "
+        f"`huggingface-cli upload USER/NAME {output}`"
+    )

@@ -136,4 +136,13 @@ def _chunked(hidden, weight, bias, labels, smoothing, dtype, wants_gradients, ch
             grad_weight += (gradient.t() @ inputs).float()
         if offsets is not None:
             grad_bias += gradient.sum(dim=0, dtype=torch.float32)
+    if wants_gradients:
+        # Padding's row of the output matrix (the target embedding's, tied) and its bias stay as
+        # they began, 0, which is what nn.Embedding(padding_idx) means for the row: padding is never
+        # an output (the searches rule it out before the softmax), so they would only learn to
+        # shrink the training softmax's padding term. Marian, with no padding output, could not
+        # hold them (attn_cli/huggingface/marian.py).
+        grad_weight[PAD_ID] = 0
+        if grad_bias is not None:
+            grad_bias[PAD_ID] = 0
     return total, grad_hidden, grad_weight, grad_bias
