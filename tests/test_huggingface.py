@@ -279,3 +279,17 @@ def test_a_hub_id_offline_is_one_line(tmp_path, monkeypatch):
     lines = result.output.strip().splitlines()
     assert len(lines) == 2 and "could not fetch Helsinki-NLP/opus-mt-en-zh" in lines[1], result.output
     assert "huggingface-cli download" in lines[1] and not (tmp_path / "run").exists()
+
+
+def test_an_imported_run_exports_to_ctranslate2_and_translates_alike(imported, tmp_path):
+    """The source prefix and the vocabulary of its own reach the CTranslate2 export."""
+    from attn_cli.translator import load_for_decoding, translate
+
+    result = cli("export", "--run", imported, "--output", tmp_path / "ct2", "--quantization", "float32")
+    assert result.exit_code == 0, result.output
+    sentences = held_out_sentences()[:30]
+    options = DecodeConfig(beam_size=1)
+    ours = translate(load_for_decoding([imported], [], None, "cpu"), sentences, options)
+    exported = translate(load_for_decoding([], [], tmp_path / "ct2", "cpu"), sentences, options)
+    assert [t.texts for t in exported] == [t.texts for t in ours]
+    assert len({t.texts[0] for t in ours}) > 5
