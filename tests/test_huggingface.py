@@ -293,3 +293,15 @@ def test_an_imported_run_exports_to_ctranslate2_and_translates_alike(imported, t
     exported = translate(load_for_decoding([], [], tmp_path / "ct2", "cpu"), sentences, options)
     assert [t.texts for t in exported] == [t.texts for t in ours]
     assert len({t.texts[0] for t in ours}) > 5
+
+
+def test_a_config_without_a_key_attn_needs_names_it(marian_dir, tmp_path):
+    import json
+
+    copy = tmp_path / "model"
+    shutil.copytree(marian_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    del config["pad_token_id"]
+    (copy / "config.json").write_text(json.dumps(config))
+    result = cli("import", "hf", copy, "--output", tmp_path / "run", "--source-prefix", PREFIX)
+    assert result.exit_code == 2 and "has no 'pad_token_id'" in result.output, result.output

@@ -43,6 +43,8 @@ def import_marian(
 ) -> Config:
     """Write the run directory `output` (new, or empty) from the Marian model at `given`, a local
     directory or a Hub id; returns the run's config."""
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise UserError(f"{output} already exists and is not empty; give a new --output")
     directory = _local_directory(given, log)
     hf = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
@@ -51,15 +53,17 @@ def import_marian(
     )
     if settings.get("separate_vocabs"):
         raise MarianError(f"{directory} has separate source and target vocabularies; attn imports shared ones")
-    model_cfg = model_config_of(hf)
-    marian_size = hf["vocab_size"]
-    pieces = _pieces_by_id(vocab, marian_size, directory / "vocab.json")
     if "<unk>" not in vocab:
         raise MarianError(f"{directory / 'vocab.json'} has no <unk>; is it a Marian vocabulary?")
-    pad = hf["pad_token_id"]
-    ids = MarianIds(
-        eos=hf["eos_token_id"], unk=vocab["<unk>"], pad=pad, decoder_start=hf.get("decoder_start_token_id", pad)
-    )
+    try:
+        model_cfg = model_config_of(hf)
+        marian_size, pad = hf["vocab_size"], hf["pad_token_id"]
+        ids = MarianIds(
+            eos=hf["eos_token_id"], unk=vocab["<unk>"], pad=pad, decoder_start=hf.get("decoder_start_token_id", pad)
+        )
+    except KeyError as missing:
+        raise MarianError(f"{directory / 'config.json'} has no {missing}; is it a MarianMTModel's config?") from None
+    pieces = _pieces_by_id(vocab, marian_size, directory / "vocab.json")
     rows = attn_rows(marian_size, ids)
     vocabulary = list(SPECIAL_PIECES) + [pieces[row] for row in rows[len(SPECIAL_PIECES) :]]
     source_prefix = _source_prefix(vocabulary, source_prefix, directory)
@@ -84,11 +88,8 @@ def import_marian(
     _check_positions(marian, model_cfg.d_model)
     model = build_model(model_cfg, len(vocabulary), len(vocabulary))
     model.load_state_dict(attn_weights(marian, model_cfg, ids))
-    paths = RunPaths.of(output)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise UserError(f"{output} already exists and is not empty; give a new --output")
     if output.is_dir():
-        output.rmdir()
+        output.rmdir()  # empty: checked before reading anything
     with directory_built_whole(output) as building:
         built = RunPaths.of(building)
         write_whole(built.config, config_to_yaml(config))
@@ -96,9 +97,7 @@ def import_marian(
         save_checkpoint(built.best_checkpoint, config, tokenizers, model, step=0, epoch=0)
     log(
         f"imported {given}: {model_cfg.encoder_layers}+{model_cfg.decoder_layers} layers, d_model {model_cfg.d_model}, "
-        f"{len(vocabulary):,} pieces"
-        + (f", source prefix {source_prefix}" if source_prefix else "")
-        + f" -> {paths.root}"
+        f"{len(vocabulary):,} pieces" + (f", source prefix {source_prefix}" if source_prefix else "") + f" -> {output}"
     )
     return config
 
