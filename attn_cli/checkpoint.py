@@ -185,15 +185,12 @@ def keep_newest_step_checkpoints(paths: RunPaths, keep: int) -> None:
 
 
 def require_shared_tokenizers(named: Sequence[tuple[str, Tokenizers]]) -> None:
-    """Refuse models whose SentencePiece models differ: token ids would mean different pieces, so
+    """Refuse models whose tokenizers differ: token ids would mean different pieces, so
     averaging their distributions would mix unrelated tokens. `named` pairs a name for the user (a
     checkpoint path) with that model's tokenizers."""
     (first_name, first), *others = named
     for name, tokenizers in others:
-        if (tokenizers.source.model_proto, tokenizers.target.model_proto) != (
-            first.source.model_proto,
-            first.target.model_proto,
-        ):
+        if tokenizers.to_state() != first.to_state():  # the models, and any vocabulary and source prefix
             raise UserError(
                 f"{first_name} and {name} use different tokenizers, so they cannot decode as an ensemble; "
                 f"ensemble checkpoints that share one (of the same run, or of runs trained with the same "

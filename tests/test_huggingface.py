@@ -305,3 +305,33 @@ def test_a_config_without_a_key_attn_needs_names_it(marian_dir, tmp_path):
     (copy / "config.json").write_text(json.dumps(config))
     result = cli("import", "hf", copy, "--output", tmp_path / "run", "--source-prefix", PREFIX)
     assert result.exit_code == 2 and "has no 'pad_token_id'" in result.output, result.output
+
+
+def test_every_part_of_a_long_input_starts_with_the_source_prefix_and_an_empty_line_stays_empty(imported):
+    from attn_cli.decoding.translate import translate_sentences
+
+    checkpoint = load_checkpoint(imported / "checkpoints" / "best.pt")
+    long_input = " ".join(held_out_sentences()[:40])  # beyond the 127 tokens the model takes at once
+    prefix = checkpoint.tokenizers.source.piece_to_id(PREFIX)
+    limit = checkpoint.config.model.max_sequence_tokens
+    long, empty = translate_sentences(
+        checkpoint.model.eval(), checkpoint.tokenizers, [long_input, ""], DecodeConfig(beam_size=1), limit, "zh"
+    )
+    assert len(long.parts) > 1 and all(part[0] == prefix for part in long.parts)
+    assert all(len(part) <= limit for part in long.parts)
+    assert empty.texts == [""]
+
+
+def test_an_output_layer_not_tied_to_the_embeddings_is_refused(marian_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "untied"
+    shutil.copytree(marian_dir, copy)
+    weights = load_file(copy / "model.safetensors")
+    weights["lm_head.weight"] = torch.randn_like(weights["model.shared.weight"])
+    save_file(weights, copy / "model.safetensors")
+    result = cli("import", "hf", copy, "--output", tmp_path / "run", "--source-prefix", PREFIX)
+    assert result.exit_code == 2 and "lm_head.weight is not the shared embedding" in result.output, result.output
+    (copy / "model.safetensors").write_bytes(b"not weights")
+    result = cli("import", "hf", copy, "--output", tmp_path / "run", "--source-prefix", PREFIX)
+    assert result.exit_code == 2 and "cannot read the weights" in result.output, result.output

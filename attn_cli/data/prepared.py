@@ -141,6 +141,10 @@ def entry_name(data: DataConfig, tokenizers: Tokenizers) -> str:
         "corpora": [_identity(c) for c in corpora],
         "tokenizers": [hashlib.sha256(t.model_proto).hexdigest() for t in (tokenizers.source, tokenizers.target)],
     }
+    if (
+        tokenizers.source.vocabulary is not None or tokenizers.source_prefix is not None
+    ):  # older entries keep their name
+        made_of["tokenizer_settings"] = [tokenizers.source.vocabulary, tokenizers.source_prefix]
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:20]
 
 

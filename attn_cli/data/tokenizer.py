@@ -77,6 +77,8 @@ class Tokenizer:
         try:
             return cls(Path(path).read_bytes(), str(path), vocabulary)
         except TokenizerError as error:
+            if vocabulary is not None:  # an imported tokenizer: retraining would replace the model's own
+                raise
             raise TokenizerError(f"{error}; train it again with `attn tokenizer --retrain`") from None
 
     @property
@@ -144,13 +146,15 @@ class Tokenizers:
         shared = self.source.vocabulary is not None and self.source.vocabulary == self.target.vocabulary
         return self.source is self.target or shared
 
+    @property
+    def prefix_ids(self) -> list[int]:
+        """The ids put before every source: the source prefix's, or none."""
+        return [] if self.source_prefix is None else [self.source.piece_to_id(self.source_prefix)]
+
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids without EOS (the batcher adds it), the source prefix first when there is one."""
-        ids = self.source.encode(texts)
-        if self.source_prefix is None:
-            return ids
-        first = self.source.piece_to_id(self.source_prefix)
-        return [[first, *row] for row in ids]
+        """Source ids without EOS (the batcher adds it), the source prefix first when there is one.
+        An empty text stays empty: there is nothing to translate."""
+        return [[*self.prefix_ids, *row] if row else row for row in self.source.encode(texts)]
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
@@ -174,7 +178,12 @@ class Tokenizers:
     def load(cls, directory: str | Path) -> "Tokenizers":
         directory = Path(directory)
         settings_file = directory / SETTINGS_FILE
-        settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+        try:
+            settings = json.loads(settings_file.read_text(encoding="utf-8")) if settings_file.is_file() else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise TokenizerError(
+                f"{settings_file} is damaged ({error}); import or train the model again, or restore the file"
+            ) from None
         vocabulary, prefix = settings.get("vocabulary"), settings.get("source_prefix")
         if (directory / "joint.model").is_file():
             joint = Tokenizer.load(directory / "joint.model", vocabulary)

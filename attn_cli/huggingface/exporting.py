@@ -33,9 +33,11 @@ def export_marian(
     why = refusal(config.model, tokenizers.joint)
     if why is not None:
         raise MarianError(why)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise UserError(f"{output} already exists and is not empty; give a new --output")
-    from safetensors.torch import save_file
+    check_output(output)
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise UserError('exporting to Transformers needs safetensors: pip install "attn-cli[hf]"') from None
 
     size = tokenizers.target.vocab_size
     ids = exported_ids(size)
@@ -75,6 +77,11 @@ def export_marian(
             },
         )
         write_whole(building / "README.md", model_card(checkpoint, scores, test_source))
+
+
+def check_output(output: Path) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise UserError(f"{output} already exists and is not empty; give a new --output")
 
 
 def _marian_vocab(tokenizers: Tokenizers) -> dict[str, int]:

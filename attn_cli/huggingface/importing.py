@@ -87,7 +87,11 @@ def import_marian(
     marian = _read_weights(directory)
     _check_positions(marian, model_cfg.d_model)
     model = build_model(model_cfg, len(vocabulary), len(vocabulary))
-    model.load_state_dict(attn_weights(marian, model_cfg, ids))
+    try:
+        model.load_state_dict(attn_weights(marian, model_cfg, ids, marian_size))
+    except RuntimeError as error:  # a weight of another shape than config.json says
+        details = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise MarianError(f"the weights do not fit {directory / 'config.json'}: {details[-1]}") from None
     if output.is_dir():
         output.rmdir()  # empty: checked before reading anything
     with directory_built_whole(output) as building:
@@ -187,11 +191,25 @@ def _languages(given: str, settings: dict, src_lang: Optional[str], tgt_lang: Op
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The weights, read without running code from the file; a damaged file is one line."""
     if (directory / "model.safetensors").is_file():
-        from safetensors.torch import load_file
+        path = directory / "model.safetensors"
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise UserError('reading model.safetensors needs safetensors: pip install "attn-cli[hf]"') from None
+        reader = load_file
+    else:
+        path = directory / "pytorch_model.bin"
 
-        return load_file(directory / "model.safetensors")
-    return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        def reader(file):
+            return torch.load(file, map_location="cpu", weights_only=True)
+
+    try:
+        return reader(path)
+    except Exception as error:  # damaged, truncated, or a pickle that holds more than tensors
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"cannot read the weights in {path}: {first_line}") from None
 
 
 def _check_positions(marian: dict[str, torch.Tensor], d_model: int) -> None:

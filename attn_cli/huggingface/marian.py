@@ -186,15 +186,21 @@ def _layer_names(model: ModelConfig):
             yield f"{side}_layers.{index}.", f"model.{side}.layers.{index}.", table
 
 
-def attn_weights(marian: dict[str, torch.Tensor], model: ModelConfig, ids: MarianIds) -> dict[str, torch.Tensor]:
+def attn_weights(
+    marian: dict[str, torch.Tensor], model: ModelConfig, ids: MarianIds, marian_size: int
+) -> dict[str, torch.Tensor]:
     """attn's state dict from a Marian one (names with or without the leading "model.")."""
-    marian = {
-        name if name.startswith("model.") or name == "final_logits_bias" else f"model.{name}": tensor
-        for name, tensor in marian.items()
-    }
+    # A MarianModel's names lack the leading "model." that a MarianMTModel's have.
+    kept = ("model.", "final_logits_bias", "lm_head.")
+    marian = {name if name.startswith(kept) else f"model.{name}": tensor for name, tensor in marian.items()}
     embedding = _first(marian, "model.shared.weight", "model.encoder.embed_tokens.weight")
     if "lm_head.weight" in marian and not torch.equal(marian["lm_head.weight"], embedding):
         raise MarianError("attn cannot represent this model exactly: lm_head.weight is not the shared embedding")
+    if embedding.shape[0] != marian_size:
+        raise MarianError(
+            f"the embedding has {embedding.shape[0]:,} rows and config.json's vocab_size is {marian_size:,}; "
+            f"the weights and the config are of different models"
+        )
     rows = attn_rows(embedding.shape[0], ids)
     bias = marian.get("final_logits_bias", torch.zeros(1, embedding.shape[0])).reshape(-1)
     state = {"tgt_embedding.weight": _take_rows(embedding, rows), "output_bias": _take_rows(bias, rows)}
