@@ -30,6 +30,12 @@ def evaluate(
     model: Optional[Path] = decoding.ModelOption,
     src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
+    glossary: Optional[Path] = typer.Option(
+        None,
+        "--glossary",
+        help="A glossary (TSV: source term, target term[, more targets]): also report term accuracy, the "
+        "share of the terms that apply to a sentence whose target the translation holds.",
+    ),
     device: str = DeviceOption,
     threads: Optional[int] = decoding.ThreadsOption,
     **decode_flags: object,
@@ -48,6 +54,8 @@ def evaluate(
 
       attn eval --by-length --src long.en --ref long.zh
 
+      attn eval --glossary terms.tsv
+
       attn eval --checkpoint runs/en-zh/checkpoints/best.pt --checkpoint runs/en-zh-b/checkpoints/best.pt
     """
     # torch and sacrebleu: imported when run, not for --help
@@ -62,6 +70,11 @@ def evaluate(
         loaded, decoding.decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags)
     )
     cfg = loaded.config
+    terms = None
+    if glossary is not None:  # read before decoding: a bad line is reported at once
+        from attn_cli.decoding.glossary import read_glossary
+
+        terms = read_glossary(glossary)
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;
         # an ensemble's is its first member's.
@@ -84,6 +97,11 @@ def evaluate(
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
             print(score)
+    if terms is not None:
+        from attn_cli.decoding.glossary import term_accuracy
+
+        # The search does not apply the glossary yet: this is the terms the model writes unaided.
+        print(term_accuracy(sources, hypotheses, terms, cfg.data.src_lang, cfg.data.tgt_lang))
     if by_length:
         from attn_cli.decoding.by_length import format_table, scores_by_length
 

@@ -1,0 +1,117 @@
+"""Glossaries: the terms a translation must use, which of them apply to a sentence, and how many an
+output met (the exact-match term accuracy of the WMT terminology tasks).
+
+A glossary file is TSV, one term a line: the source term, then its target term, and optionally
+more targets, each an alternative (any one of them satisfies the term); a source term on several
+lines gathers their targets. Blank lines and lines that begin with # are skipped.
+
+A term applies to a sentence when its source side occurs in it, case aside, on word boundaries in a
+language written with spaces (anywhere in one without). Overlapping occurrences are resolved
+longest first, then leftmost: "machine learning" wins over "machine" where both occur, and a term
+counts once per sentence however often it occurs. A target side is met when it occurs in the
+output by the same rule, in the target language.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from attn_cli import languages
+from attn_cli.errors import UserError
+
+
+class GlossaryError(UserError, ValueError):
+    """A glossary file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Term:
+    source: str
+    targets: tuple[str, ...]  # alternatives: any one satisfies the term
+
+
+def read_glossary(path: str | Path) -> list[Term]:
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise GlossaryError(f"cannot read the glossary {path}: {error}") from None
+    targets: dict[str, list[str]] = {}  # by source term, case aside, in the order first seen
+    spelled: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = [field.strip() for field in line.split("\t")]
+        if len(fields) < 2 or not all(fields):
+            raise GlossaryError(
+                f"{path}:{number}: {line!r} is not SOURCE<TAB>TARGET[<TAB>TARGET...] with no empty field; "
+                f"write one term a line, its fields separated by tabs"
+            )
+        key = fields[0].casefold()
+        spelled.setdefault(key, fields[0])
+        known = targets.setdefault(key, [])
+        known.extend(target for target in fields[1:] if target not in known)
+    return [Term(spelled[key], tuple(found)) for key, found in targets.items()]
+
+
+def _spans(text: str, phrase: str, language: str) -> list[tuple[int, int]]:
+    """Where `phrase` occurs in `text`, case aside; on word boundaries where words are spaced."""
+    escaped = re.escape(phrase.casefold())
+    pattern = escaped if languages.is_unspaced(language) else rf"(?<!\w){escaped}(?!\w)"
+    return [match.span() for match in re.finditer(pattern, text.casefold())]
+
+
+def occurs(text: str, phrase: str, language: str) -> bool:
+    return bool(_spans(text, phrase, language))
+
+
+def applicable_terms(sentence: str, terms: Sequence[Term], source_language: str) -> list[Term]:
+    """The terms whose source side occurs in `sentence`, overlaps resolved longest first, then
+    leftmost; in the order they occur."""
+    candidates = [(start, end, term) for term in terms for start, end in _spans(sentence, term.source, source_language)]
+    candidates.sort(key=lambda c: (-(c[1] - c[0]), c[0]))
+    taken: list[tuple[int, int]] = []
+    chosen: dict[str, tuple[int, Term]] = {}
+    for start, end, term in candidates:
+        if any(start < other_end and other_start < end for other_start, other_end in taken):
+            continue
+        taken.append((start, end))
+        chosen.setdefault(term.source, (start, term))
+    return [term for _, term in sorted(chosen.values(), key=lambda item: item[0])]
+
+
+@dataclass(frozen=True)
+class TermAccuracy:
+    applied: int  # terms that applied, summed over sentences
+    met: int  # of them, those whose target (one of the alternatives) the output holds
+    sentences_with_terms: int
+    sentences: int
+
+    @property
+    def share(self) -> float:
+        return self.met / self.applied if self.applied else 1.0
+
+    def __str__(self) -> str:
+        return (
+            f"term accuracy = {100 * self.share:.2f}%  ({self.met:,} of {self.applied:,} terms met, "
+            f"in {self.sentences_with_terms:,} of {self.sentences:,} sentences)"
+        )
+
+
+def term_accuracy(
+    sources: Sequence[str],
+    outputs: Sequence[str],
+    terms: Sequence[Term],
+    source_language: str,
+    target_language: str,
+) -> TermAccuracy:
+    applied = met = with_terms = 0
+    for source, output in zip(sources, outputs):
+        found = applicable_terms(source, terms, source_language)
+        applied += len(found)
+        with_terms += bool(found)
+        met += sum(any(occurs(output, target, target_language) for target in term.targets) for term in found)
+    return TermAccuracy(applied, met, with_terms, len(sources))
