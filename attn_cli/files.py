@@ -107,6 +107,13 @@ def write_whole(path: Path, data: str | bytes, label: Optional[str] = None) -> N
         handle.write(data)
 
 
+def require_new_directory(target: Path, option: str = "--output") -> None:
+    """Refuse, before any work, a `target` that `directory_built_whole` could not rename into place:
+    one that exists and is not an empty directory."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UserError(f"{target} already exists and is not an empty directory; give a new {option}")
+
+
 @contextlib.contextmanager
 def directory_built_whole(target: Path) -> Iterator[Path]:
     """A temporary directory beside `target` to build it in: renamed to `target` when the block ends

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from attn_cli.config import TokenizerConfig
-from attn_cli.data.tokenizer import TokenizerError, Tokenizers, train_tokenizers
+from attn_cli.data.tokenizer import Tokenizer, TokenizerError, Tokenizers, train_tokenizers
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 ENGLISH = [f"I have {n} apples and {n + 1} pears." for n in range(300)]
@@ -133,7 +133,7 @@ def test_a_vocabulary_of_its_own_maps_pieces_to_its_ids(tmp_path):
     vocabulary = ["<pad>", "<unk>", "<s>", "</s>", *pieces[:-5]]  # the last five pieces left out
     missing = set(pieces[-5:])
     tokenizers = Tokenizers(
-        type(source)(source.model_proto, vocabulary=vocabulary), type(target)(target.model_proto, vocabulary=vocabulary)
+        Tokenizer(source.model_proto, vocabulary=vocabulary), Tokenizer(target.model_proto, vocabulary=vocabulary)
     )
     assert tokenizers.joint and tokenizers.source.vocab_size == len(vocabulary)
     text = ENGLISH[7]
@@ -146,7 +146,7 @@ def test_a_vocabulary_of_its_own_maps_pieces_to_its_ids(tmp_path):
     reloaded = Tokenizers.load(tmp_path)
     assert reloaded.source.encode([text]) == [expected] and reloaded.target.vocabulary == vocabulary
     with pytest.raises(TokenizerError, match="must begin with <pad>, <unk>, <s>, </s>"):
-        type(source)(source.model_proto, vocabulary=["<unk>", "<pad>", "<s>", "</s>", "a"])
+        Tokenizer(source.model_proto, vocabulary=["<unk>", "<pad>", "<s>", "</s>", "a"])
 
 
 def test_tokenizers_that_differ_only_in_their_prefix_are_not_the_same_to_an_ensemble_or_the_data_cache():

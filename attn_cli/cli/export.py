@@ -97,7 +97,8 @@ def export(
 def _export_hf(path: Path, output: Path) -> None:
     """The Transformers export, its card scored on the run's test split when the run has one."""
     from attn_cli.checkpoint import load_checkpoint
-    from attn_cli.huggingface.exporting import check_output, export_marian
+    from attn_cli.files import require_new_directory
+    from attn_cli.huggingface.exporting import export_marian
     from attn_cli.huggingface.marian import refusal
     from attn_cli.paths import RunPaths
 
@@ -105,7 +106,7 @@ def _export_hf(path: Path, output: Path) -> None:
     why = refusal(loaded.config.model, loaded.tokenizers.joint)
     if why is not None:  # before any decoding
         raise UserError(why)
-    check_output(output)
+    require_new_directory(output)
     cfg = loaded.config
     paths = RunPaths.of_checkpoint(path)
     source, reference = paths.split_file("test", cfg.data.src_lang), paths.split_file("test", cfg.data.tgt_lang)

@@ -152,9 +152,14 @@ class Tokenizers:
         return [] if self.source_prefix is None else [self.source.piece_to_id(self.source_prefix)]
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids without EOS (the batcher adds it), the source prefix first when there is one.
-        An empty text stays empty: there is nothing to translate."""
-        return [[*self.prefix_ids, *row] if row else row for row in self.source.encode(texts)]
+        """Source ids without EOS (the batcher adds it), the source prefix first when there is one."""
+        return self.prefixed(self.source.encode(texts))
+
+    def prefixed(self, rows: Sequence[list[int]]) -> list[list[int]]:
+        """Source ids with the source prefix put first; an empty row stays empty: there is nothing
+        to translate."""
+        lead = self.prefix_ids
+        return [[*lead, *row] if row else row for row in rows]
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)

@@ -199,19 +199,14 @@ def translate_sentences(
         raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
     else:
         device = torch.device("cpu")
-    texts = [s.strip() for s in sentences]
-    encoded = tokenizers.encode_sources(texts)
+    plain = tokenizers.source.encode([s.strip() for s in sentences])
+    encoded = tokenizers.prefixed(plain)
     # A long input is cut without its source prefix, and every part gets the prefix: a multi-target
     # model needs it at the start of each source it translates.
-    lead = tokenizers.prefix_ids
+    room = max_source_tokens - len(tokenizers.prefix_ids)
     parts = [
-        [
-            [*lead, *part] if part else part
-            for part in fit_to_length(
-                ids, max_source_tokens - len(lead), options.long_inputs, tokenizers.source.id_to_piece
-            )
-        ]
-        for ids in tokenizers.source.encode(texts)
+        tokenizers.prefixed(fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece))
+        for ids in plain
     ]
     # Every non-empty part of every input is one example; `owners` maps it back to its input. The
     # prefix begins the input's translation, so it forces the first part's output only.

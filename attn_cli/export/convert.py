@@ -17,7 +17,7 @@ import torch
 from attn_cli.config import Config, config_to_yaml
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
 from attn_cli.errors import UserError
-from attn_cli.files import directory_built_whole, write_whole
+from attn_cli.files import directory_built_whole, require_new_directory, write_whole
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, UNK_ID
 
@@ -55,8 +55,7 @@ def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: P
         raise ExportError(
             f"--quantization {quantization!r} is not one CTranslate2 offers; use one of {', '.join(QUANTIZATIONS)}"
         )
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise ExportError(f"{output} already exists and is not an empty directory; give a new --output")
+    require_new_directory(output)
     if config.model.positions not in EXPORTABLE_POSITIONS:
         raise ExportError(
             f"model.positions {config.model.positions!r} has no CTranslate2 equivalent that adds "

@@ -17,7 +17,7 @@ from attn_cli.checkpoint import Checkpoint
 from attn_cli.data.builtin_corpora import corpus_readme
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.errors import UserError
-from attn_cli.files import directory_built_whole, write_whole
+from attn_cli.files import directory_built_whole, require_new_directory, write_whole
 from attn_cli.huggingface.marian import MarianError, exported_ids, marian_config, marian_rows, marian_weights, refusal
 from attn_cli.vocab import BOS_ID, EOS_ID, UNK_ID
 
@@ -33,7 +33,7 @@ def export_marian(
     why = refusal(config.model, tokenizers.joint)
     if why is not None:
         raise MarianError(why)
-    check_output(output)
+    require_new_directory(output)
     try:
         from safetensors.torch import save_file
     except ImportError:
@@ -41,8 +41,6 @@ def export_marian(
 
     size = tokenizers.target.vocab_size
     ids = exported_ids(size)
-    if output.is_dir():
-        output.rmdir()
     with directory_built_whole(output) as building:
         save_file(
             marian_weights(checkpoint.model.state_dict(), config.model),
@@ -77,11 +75,6 @@ def export_marian(
             },
         )
         write_whole(building / "README.md", model_card(checkpoint, scores, test_source))
-
-
-def check_output(output: Path) -> None:
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise UserError(f"{output} already exists and is not empty; give a new --output")
 
 
 def _marian_vocab(tokenizers: Tokenizers) -> dict[str, int]:

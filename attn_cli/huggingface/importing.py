@@ -20,7 +20,7 @@ from attn_cli.checkpoint import save_checkpoint
 from attn_cli.config import Config, CorpusConfig, DataConfig, TokenizerConfig, config_to_yaml
 from attn_cli.data.tokenizer import SPECIAL_PIECES, Tokenizer, Tokenizers
 from attn_cli.errors import UserError
-from attn_cli.files import directory_built_whole, write_whole
+from attn_cli.files import directory_built_whole, require_new_directory, write_whole
 from attn_cli.huggingface.marian import MarianError, MarianIds, attn_rows, attn_weights, model_config_of
 from attn_cli.languages import primary_subtag
 from attn_cli.model.positions import SinusoidalPositions
@@ -43,8 +43,7 @@ def import_marian(
 ) -> Config:
     """Write the run directory `output` (new, or empty) from the Marian model at `given`, a local
     directory or a Hub id; returns the run's config."""
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise UserError(f"{output} already exists and is not empty; give a new --output")
+    require_new_directory(output)
     directory = _local_directory(given, log)
     hf = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
@@ -92,8 +91,6 @@ def import_marian(
     except RuntimeError as error:  # a weight of another shape than config.json says
         details = [line.strip() for line in str(error).splitlines() if line.strip()]
         raise MarianError(f"the weights do not fit {directory / 'config.json'}: {details[-1]}") from None
-    if output.is_dir():
-        output.rmdir()  # empty: checked before reading anything
     with directory_built_whole(output) as building:
         built = RunPaths.of(building)
         write_whole(built.config, config_to_yaml(config))
