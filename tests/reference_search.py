@@ -58,3 +58,119 @@ def reference_beam_search(
         if len(finished) == beam_size and finished[-1].score >= best_possible:
             break
     return finished[:n_best]
+
+
+def _ends_with(tokens: list[int], part: tuple[int, ...]) -> bool:
+    return len(tokens) >= len(part) and tuple(tokens[len(tokens) - len(part) :]) == part
+
+
+def _holds(tokens: list[int], alternative: tuple[int, ...]) -> bool:
+    n = len(alternative)
+    return any(tuple(tokens[i : i + n]) == alternative for i in range(len(tokens) - n + 1))
+
+
+class _PlainTerms:
+    """What a token list has met of a sentence's terms, worked out from the whole list each time."""
+
+    def __init__(self, terms):
+        self.terms = terms
+
+    def met(self, tokens):
+        return [any(_holds(tokens, alternative) for alternative in term) for term in self.terms]
+
+    def started(self, tokens, term):
+        """(alternative, tokens of it written) for each proper start of an alternative the list ends with."""
+        return [(a, j) for a in term for j in range(1, len(a)) if _ends_with(tokens, a[:j])]
+
+    def needed(self, tokens):
+        met = self.met(tokens)
+        return sum(
+            min([min(len(a) for a in term)] + [len(a) - j for a, j in self.started(tokens, term)])
+            for term, done in zip(self.terms, met)
+            if not done
+        )
+
+    def bank(self, tokens):
+        met = self.met(tokens)
+        furthest = [j for term, done in zip(self.terms, met) if not done for _, j in self.started(tokens, term)]
+        return sum(met), max(furthest, default=0)
+
+    def next_tokens(self, tokens):
+        met = self.met(tokens)
+        found = set()
+        for term, done in zip(self.terms, met):
+            if not done:
+                found.update(a[0] for a in term)
+                found.update(a[j] for a, j in self.started(tokens, term))
+        return found
+
+
+@torch.no_grad()
+def reference_constrained_search(
+    model,
+    src_row: torch.Tensor,
+    terms,
+    beam_size: int,
+    alpha: float,
+    max_len_a: float,
+    max_len_b: int,
+    n_best: int,
+    prefix: tuple[int, ...] = (),
+) -> list[Hypothesis]:
+    """Dynamic beam allocation for one sentence, plainly: the candidates are the 2k best extensions,
+    each hypothesis's best token and its term tokens; those whose terms can no longer fit are
+    dropped, and only a hypothesis that met every term may end; the beam takes the candidates in
+    turns over the banks (terms met, then tokens into a term), best bank first."""
+    model = Ensemble.of(model)
+    src = src_row[None]
+    encoded = model.encode(src)
+    limit = int(output_limits(model.max_target_tokens, src, max_len_a, max_len_b, len(prefix))[0])
+    plain = _PlainTerms([tuple(tuple(a) for a in term) for term in terms])
+    if plain.needed(list(prefix)) > limit:
+        plain = _PlainTerms([])
+    beam = [(list(prefix), 0.0)]
+    finished: list[Hypothesis] = []
+    for step in range(limit + 1):
+        extensions = []  # (total, origin, token)
+        extra = set()
+        for origin, (tokens, log_prob) in enumerate(beam):
+            history = torch.tensor([[BOS_ID] + tokens])
+            next_log_probs = model.next_log_probs(history, encoded, None, torch.tensor([step >= limit]), exact=False)[0]
+            if not all(plain.met(tokens)):
+                next_log_probs[EOS_ID] = float("-inf")
+            totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs
+            values = totals.tolist()
+            extensions += [(total, origin, token) for token, total in enumerate(values)]
+            best = max(range(len(values)), key=lambda t: (next_log_probs[t].item(), -t))
+            extra |= {(origin, token, values[token]) for token in {best, *plain.next_tokens(tokens)}}
+        extensions.sort(key=lambda e: (-e[0], e[1], e[2]))
+        chosen = {(origin, token): total for total, origin, token in extensions[: 2 * beam_size]}
+        chosen.update({(origin, token): total for origin, token, total in extra})
+        banked = []
+        for (origin, token), total in chosen.items():
+            if total == float("-inf"):
+                continue
+            tokens = beam[origin][0] + ([] if token == EOS_ID else [token])
+            if token != EOS_ID and plain.needed(tokens) > limit - step - 1:
+                continue
+            banked.append((plain.bank(tokens), total, origin, token))
+        by_bank: dict = {}
+        for candidate in sorted(banked, key=lambda c: (-c[1], c[2], c[3])):
+            by_bank.setdefault(candidate[0], []).append(candidate)
+        order = sorted(
+            ((rank, tuple(-x for x in bank), c) for bank, members in by_bank.items() for rank, c in enumerate(members)),
+            key=lambda t: (t[0], t[1]),
+        )
+        order = [c for _, _, c in order]
+        for _, total, origin, token in order[:beam_size]:
+            if token == EOS_ID:
+                finished.append(Hypothesis(beam[origin][0], total, total / length_penalty(step + 1, alpha)))
+        finished = sorted(finished, key=lambda h: h.score, reverse=True)[:beam_size]
+        beam = [(beam[origin][0] + [token], total) for _, total, origin, token in order if token != EOS_ID][:beam_size]
+        if not beam:
+            break
+        best = max(log_prob for _, log_prob in beam)
+        best_possible = max(best / length_penalty(step + 2, alpha), best / length_penalty(limit + 1, alpha))
+        if len(finished) == beam_size and finished[-1].score >= best_possible:
+            break
+    return finished[:n_best]

@@ -62,9 +62,23 @@ def beam_search(
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
     ensemble = Ensemble.of(model)
     prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
-    search = _BeamState(ensemble, src, beam_size, alpha, limits, prefix)
+    search = BeamState(ensemble, src, beam_size, alpha, limits, prefix)
+    return run_beam(search, ensemble, n_best, exact_steps, no_repeat_ngram, constraints)
+
+
+def run_beam(
+    search: BeamState,
+    ensemble: Ensemble,
+    n_best: int,
+    exact_steps: Optional[int] = None,
+    no_repeat_ngram: int = 0,
+    constraints: Sequence[OutputConstraint] = (),
+) -> list[list[Hypothesis]]:
+    """The steps of a beam search from its start `search` (a `BeamState`, or one that chooses its
+    beam by other rules): decode, restrict, choose, reorder the cache, until every sentence is done."""
+    beam_size = search.k
     cache = ensemble.new_cache(hypotheses=beam_size)  # a sentence's k rows share its cross-attention keys
-    steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
+    steps = exact_steps if exact_steps is not None else int(search.limits.max()) + 1  # + 1 for the EOS
     for step in range(steps):  # step: tokens searched so far, after the prefix
         at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
         if at_limit is not None:
@@ -86,7 +100,7 @@ def beam_search(
     return [hypotheses[:n_best] for hypotheses in search.finished]
 
 
-class _BeamState:
+class BeamState:
     """The live sentences' hypotheses and the finished ones of every sentence."""
 
     def __init__(
@@ -127,6 +141,27 @@ class _BeamState:
         for finished hypotheses and sentences.
         """
         live, k = self.scores.shape
+        scores, rows, tokens = self._choose(log_probs, step, could_end)
+        device = log_probs.device
+        self.scores = torch.tensor(scores, dtype=log_probs.dtype, device=device).view(live, k)
+        rows = torch.tensor(rows, device=device)  # (live*k,) the row each hypothesis continues
+        self.history = torch.cat([self.history[rows], torch.tensor(tokens, device=device)[:, None]], dim=1)
+
+        # Until some sentence has k finished hypotheses, only a sentence at its limit can be done.
+        if not could_end or not (self.full or step >= self.shortest_limit):
+            return rows, None
+        done = self._done(step)
+        if not done.any():
+            return rows, None
+        kept = (~done).nonzero().squeeze(1)
+        self._keep_sentences(kept)
+        return rows.view(live, k)[kept].view(-1), kept
+
+    def _choose(self, log_probs: torch.Tensor, step: int, could_end: bool) -> tuple[list, list, list]:
+        """The next beam from the (live*k, V) log-probabilities: per hypothesis, best first within
+        each sentence, its summed log-probability, the row it continues and its new token. Finishes,
+        on the way, the candidates that end among the k best."""
+        live, k = self.scores.shape
         vocab = log_probs.shape[1]
         # (live*k, V) -> (live, k*V): all extensions of a sentence's hypotheses compete.
         candidates = (self.scores.view(-1, 1) + log_probs).view(live, k * vocab)
@@ -148,24 +183,16 @@ class _BeamState:
                 scores.append(score)
                 rows.append(live_index * k + origin)
                 tokens.append(token)
-        device = log_probs.device
-        self.scores = torch.tensor(scores, dtype=top_scores.dtype, device=device).view(live, k)
-        rows = torch.tensor(rows, device=device)  # (live*k,) the row each hypothesis continues
-        self.history = torch.cat([self.history[rows], torch.tensor(tokens, device=device)[:, None]], dim=1)
+        return scores, rows, tokens
 
-        # Until some sentence has k finished hypotheses, only a sentence at its limit can be done.
-        if not could_end or not (self.full or step >= self.shortest_limit):
-            return rows, None
-        done = self._done(step)
-        if not done.any():
-            return rows, None
-        kept = (~done).nonzero().squeeze(1)
+    def _keep_sentences(self, kept: torch.Tensor) -> None:
+        """Only the live sentences `kept` (indices into the live ones) stay in the search."""
+        k = self.k
         kept_rows = (kept[:, None] * k + torch.arange(k, device=kept.device)).view(-1)  # (kept*k,)
         self.scores, self.limits, self.sentence = self.scores[kept], self.limits[kept], self.sentence[kept]
         self.worst_kept, self.encoded = self.worst_kept[kept], self.encoded.select(kept)
         self.penalty_at_limit = self.penalty_at_limit[kept]
         self.history = self.history[kept_rows]
-        return rows.view(live, k)[kept].view(-1), kept
 
     def _finish(self, live_index: int, row: int, log_prob: float, step: int) -> None:
         """A candidate that ends here, extending hypothesis `row`: kept if among its sentence's k
