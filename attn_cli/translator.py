@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from attn_cli.checkpoint import Checkpoint
     from attn_cli.data.tokenizer import Tokenizers
     from attn_cli.decoding.ensemble import Ensemble
+    from attn_cli.decoding.glossary import Term
     from attn_cli.decoding.translate import Translation
     from attn_cli.export.exported import ExportedModel
     from attn_cli.model import Transformer
@@ -116,9 +117,11 @@ def translate(
     options: DecodeConfig,
     prefixes: Optional[Sequence[str]] = None,
     on_batch: Optional[Callable[[int, int], None]] = None,
+    glossaries: Optional[Sequence[Sequence[Term]]] = None,
 ) -> list[Translation]:
     """Translations of `sentences` with what was loaded, each beginning with its prefix when
-    `prefixes` are given (a checkpoint's own search only: CTranslate2 takes none)."""
+    `prefixes` are given and using the terms of its glossary (one list per sentence) where they
+    apply: both in a checkpoint's own search only, for CTranslate2 takes neither."""
     from attn_cli.decoding.translate import translate_sentences
 
     exported, search = loaded.exported, None
@@ -128,7 +131,12 @@ def translate(
                 "a prefix needs a checkpoint: attn forces prefixes in its own search, not "
                 "CTranslate2's; use --run or --checkpoint instead of --model"
             )
-        prefixes = None
+        if glossaries is not None and any(glossaries):
+            raise UserError(
+                "a glossary needs a checkpoint: attn places terms in its own constrained search, which "
+                "CTranslate2 has not; use --run or --checkpoint instead of --model"
+            )
+        prefixes = glossaries = None
 
         def search(src):
             return exported.search(src, options)
@@ -143,4 +151,6 @@ def translate(
         on_batch,
         search=search,
         prefixes=prefixes,
+        glossaries=glossaries,
+        source_language=loaded.config.data.src_lang,
     )

@@ -49,12 +49,147 @@ def test_attn_eval_reports_term_accuracy_of_its_translations(trained_run, tmp_pa
     (tmp_path / "src.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "ref.zh").write_text("\n".join(references) + "\n", encoding="utf-8")
     (tmp_path / "terms.tsv").write_text("Tom\t汤姆\nI\t我\n", encoding="utf-8")
-    args = ["eval", "--run", trained_run, "--src", tmp_path / "src.en", "--ref", tmp_path / "ref.zh"]
-    result = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv", "--beam", "1"]])
+    args = ["eval", "--run", trained_run, "--src", tmp_path / "src.en", "--ref", tmp_path / "ref.zh", "--beam", "3"]
+    hypotheses_file = trained_run / "checkpoints" / "best.src.en.hyp"
+    plain = CliRunner().invoke(app, [str(a) for a in args])
+    assert plain.exit_code == 0, plain.output
+    unaided = hypotheses_file.read_text(encoding="utf-8").splitlines()
+    result = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv"]])
     assert result.exit_code == 0, result.output
-    hypotheses = next(trained_run.joinpath("checkpoints").glob("*src.en.hyp")).read_text(encoding="utf-8")
-    expected = term_accuracy(sources, hypotheses.splitlines(), read_glossary(tmp_path / "terms.tsv"), "en", "zh")
-    assert expected.applied > 0 and str(expected) in result.output
+    hypotheses = hypotheses_file.read_text(encoding="utf-8").splitlines()
+    terms = read_glossary(tmp_path / "terms.tsv")
+    aided, without = (
+        term_accuracy(sources, hypotheses, terms, "en", "zh"),
+        term_accuracy(sources, unaided, terms, "en", "zh"),
+    )
+    assert aided.applied > 0 and aided.share == 1.0 and without.share < 1.0
+    with_part, without_part = result.output.split("without the glossary:")
+    assert str(aided) in with_part
+    # The scores "without" are those of attn eval without the glossary.
+    plain_scores = [line for line in plain.output.splitlines() if line.startswith(("BLEU", "chrF"))]
+    assert plain_scores and all(f"  {line}" in without_part for line in plain_scores)
+    assert str(without) in without_part
+    refused = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv", "--beam", "1"]])
+    assert refused.exit_code == 2 and "needs beam search" in refused.output
     (tmp_path / "terms.tsv").write_text("Tom 汤姆\n", encoding="utf-8")
     bad = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv"]])
     assert bad.exit_code == 2 and "terms.tsv:1:" in bad.output
+
+
+def _loaded(run):
+    from attn_cli.translator import load_for_decoding
+
+    return load_for_decoding([run], [], None, "cpu")
+
+
+def _options(loaded, **settings):
+    from attn_cli.decoding.options import override_decode
+
+    return override_decode(loaded.config.decode, {"beam_size": 4, "n_best": 3, **settings})
+
+
+def _test_sentences(run, count=16):
+    return (run / "data" / "test.en").read_text(encoding="utf-8").splitlines()[:count]
+
+
+def _holds(text, term):
+    return any(target in text for target in term.targets)
+
+
+GLOSSARY = [Term("Tom", ("汤姆",)), Term("I", ("我",)), Term("you", ("你", "您")), Term("is", ("是",))]
+
+
+def test_every_translation_of_the_n_best_holds_every_term_that_applies(trained_run):
+    from attn_cli.translator import translate
+
+    loaded = _loaded(trained_run)
+    sentences = _test_sentences(trained_run)
+    options = _options(loaded)
+    plain = translate(loaded, sentences, options)
+    aided = translate(loaded, sentences, options, glossaries=[GLOSSARY] * len(sentences))
+    missed = 0
+    for sentence, before, after in zip(sentences, plain, aided):
+        applied = applicable_terms(sentence, GLOSSARY, "en")
+        assert after.terms == [term.source for term in applied] and not after.unmet_terms
+        assert all(_holds(text, term) for text in after.texts for term in applied)
+        missed += not all(_holds(text, term) for text in before.texts for term in applied)
+        assert after.unconstrained == before.texts[0]
+    assert missed >= 3, "the test needs sentences whose terms the model leaves out unaided"
+
+
+def test_terms_already_written_and_an_empty_glossary_leave_the_translations_unchanged(trained_run):
+    from attn_cli.translator import translate
+
+    loaded = _loaded(trained_run)
+    sentences = _test_sentences(trained_run, 8)
+    options = _options(loaded, n_best=1, length_penalty=2.0)  # this tiny model ends at once without it
+    plain = translate(loaded, sentences, options)
+    assert [t.texts for t in translate(loaded, sentences, options, glossaries=[[]] * 8)] == [t.texts for t in plain]
+    # Each sentence's glossary: its first word, and as target the end of what the model writes for it.
+    written = [[Term(s.split()[0], (t.texts[0][-3:],))] if t.texts[0] else [] for s, t in zip(sentences, plain)]
+    assert sum(map(bool, written)) >= 6
+    aided = translate(loaded, sentences, options, glossaries=written)
+    assert [t.texts for t in aided] == [t.texts for t in plain]
+    assert all(t.terms for t, terms in zip(aided, written) if terms)
+
+
+def test_any_one_alternative_of_a_term_satisfies_it(trained_run):
+    from attn_cli.translator import translate
+
+    loaded = _loaded(trained_run)
+    sentences = [s for s in _test_sentences(trained_run, 40) if " " in s][:6]
+    options = _options(loaded, n_best=2)
+    terms = [[Term(s.split()[0], ("汤姆", "猫"))] for s in sentences]
+    for translation, glossary in zip(translate(loaded, sentences, options, glossaries=terms), terms):
+        assert all("汤姆" in text or "猫" in text for text in translation.texts)
+
+
+def test_a_term_that_cannot_fit_is_named_in_the_json_output(trained_run, tmp_path):
+    import json
+
+    (tmp_path / "terms.tsv").write_text("Tom\t汤姆汤姆汤姆汤姆汤姆汤姆汤姆汤姆汤姆汤姆\n", encoding="utf-8")
+    lines = [
+        json.dumps({"source": "Tom is here."}),
+        json.dumps({"source": "I see you.", "glossary": [["you", "你们", "您"]]}),
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["translate", "--run", trained_run, "--glossary", tmp_path / "terms.tsv", "--input-format", "jsonl"]
+    args += ["--input", tmp_path / "in.jsonl", "--format", "jsonl", "--max-len-a", "0", "--max-len-b", "4", "-b", "3"]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records[0]["terms"] == ["Tom"] and records[0]["unmet_terms"] == ["Tom"]
+    assert "do not fit within the output limit" in records[0]["note"]
+    # The line's own glossary joins the file's; its terms are met.
+    assert records[1]["terms"] == ["you"] and "unmet_terms" not in records[1]
+    assert any(t in records[1]["translations"][0]["text"] for t in ("你们", "您"))
+
+
+def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(trained_run):
+    import torch
+    from reference_search import reference_constrained_search
+
+    from attn_cli.decoding.constrained import constrained_beam_search
+    from attn_cli.decoding.glossary import token_alternatives
+
+    loaded = _loaded(trained_run)
+    tokenizers, model = loaded.tokenizers, loaded.model
+    sentences = _test_sentences(trained_run, 4)
+    terms = [
+        [token_alternatives(Term("x", ("汤姆",)), tokenizers.target, "zh")],
+        [],
+        [token_alternatives(Term("x", ("我", "你")), tokenizers.target, "zh")],
+        [
+            token_alternatives(Term("x", ("是",)), tokenizers.target, "zh"),
+            token_alternatives(Term("y", ("猫",)), tokenizers.target, "zh"),
+        ],
+    ]
+    rows = [ids + [3] for ids in tokenizers.encode_sources(sentences)]
+    src = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        src[row, : len(ids)] = torch.tensor(ids)
+    batched = constrained_beam_search(model, src, terms, 3, 0.6, 1.2, 5, n_best=3)
+    for row, ids in enumerate(rows):
+        reference = reference_constrained_search(model, torch.tensor(ids), terms[row], 3, 0.6, 1.2, 5, 3)
+        assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
+        assert [h.score for h in batched[row]] == pytest.approx([h.score for h in reference], abs=1e-4)

@@ -18,13 +18,24 @@ def test_input_lines_end_at_newlines_only(tmp_path):
 
 
 def test_text_input_lines_are_sources_that_share_the_prefix_flag():
-    assert parse_inputs(["Hello.", "", "Go."], "text", "in.en", prefix="我") == (["Hello.", "", "Go."], ["我"] * 3)
-    assert parse_inputs(['{"source": "x"}'], "text", "in.en") == (['{"source": "x"}'], [""])
+    assert parse_inputs(["Hello.", "", "Go."], "text", "in.en", prefix="我")[:2] == (["Hello.", "", "Go."], ["我"] * 3)
+    assert parse_inputs(['{"source": "x"}'], "text", "in.en") == (['{"source": "x"}'], [""], [[]])
+
+
+def test_jsonl_lines_add_their_own_glossary_to_the_flags():
+    from attn_cli.decoding.glossary import Term
+
+    general = [Term("Tom", ("汤姆",)), Term("cat", ("猫",))]
+    lines = ['{"source": "Tom.", "glossary": [["tom", "汤米", "汤姆"], ["dog", "狗"]]}', '{"source": "Go."}']
+    _, _, glossaries = parse_inputs(lines, "jsonl", "in.jsonl", glossary=general)
+    assert glossaries == [[Term("cat", ("猫",)), Term("tom", ("汤米", "汤姆")), Term("dog", ("狗",))], general]
+    with pytest.raises(UserError, match=r"in.jsonl line 1: 'glossary'\[1\]: \['dog'\] is not a list of two or more"):
+        parse_inputs(['{"source": "x", "glossary": [["a", "b"], ["dog"]]}'], "jsonl", "in.jsonl")
 
 
 def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
     lines = ['{"source": "Hello.", "prefix": "你"}', '{"source": "Go."}', "", '{"prefix": "", "source": "Tom."}']
-    assert parse_inputs(lines, "jsonl", "in.jsonl") == (["Hello.", "Go.", "", "Tom."], ["你", "", "", ""])
+    assert parse_inputs(lines, "jsonl", "in.jsonl")[:2] == (["Hello.", "Go.", "", "Tom."], ["你", "", "", ""])
     # --prefix applies to the lines that give none
     assert parse_inputs(lines, "jsonl", "in.jsonl", prefix="我")[1] == ["你", "我", "我", ""]
 
@@ -44,5 +55,6 @@ def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem)
     with pytest.raises(UserError) as error:
         parse_inputs(['{"source": "fine"}', line], "jsonl", "in.jsonl", first_number=7)
     assert str(error.value) == (
-        f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "..."}} ("prefix" optional)'
+        f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "...", "glossary": '
+        f'[["term", "target"]]}} (all but "source" optional)'
     )

@@ -376,10 +376,23 @@ def test_a_prefix_the_model_cannot_output_is_a_one_line_error(tokenizers):
         translate_sentences(model, tokenizers, ["Go."], DecodeConfig(beam_size=1), 7, "zh", prefixes=[prefix])
 
 
-def test_prefixes_are_refused_by_a_search_that_takes_none(tokenizers):
-    with pytest.raises(ValueError, match="prefixes need attn's own search"):
+def test_prefixes_and_glossaries_are_refused_by_a_search_that_takes_neither(tokenizers):
+    from attn_cli.decoding.glossary import Term
+
+    with pytest.raises(ValueError, match="prefixes and glossaries need attn's own search"):
         translate_sentences(
             None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]], prefixes=["我"]
+        )
+    with pytest.raises(ValueError, match="prefixes and glossaries need attn's own search"):
+        translate_sentences(
+            None,
+            tokenizers,
+            ["Go."],
+            DecodeConfig(),
+            255,
+            "zh",
+            search=lambda src: [[]],
+            glossaries=[[Term("go", ("走",))]],
         )
 
 

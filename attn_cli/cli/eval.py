@@ -33,8 +33,9 @@ def evaluate(
     glossary: Optional[Path] = typer.Option(
         None,
         "--glossary",
-        help="A glossary (TSV: source term, target term[, more targets]): also report term accuracy, the "
-        "share of the terms that apply to a sentence whose target the translation holds.",
+        help="A glossary (TSV: source term, target term[, more targets]): translate with its terms, and "
+        "report BLEU, chrF and term accuracy (the share of the terms that apply to a sentence whose "
+        "target the translation holds) with the glossary and without it.",
     ),
     device: str = DeviceOption,
     threads: Optional[int] = decoding.ThreadsOption,
@@ -73,8 +74,16 @@ def evaluate(
     terms = None
     if glossary is not None:  # read before decoding: a bad line is reported at once
         from attn_cli.decoding.glossary import read_glossary
+        from attn_cli.decoding.translate import require_beam_for_terms
 
         terms = read_glossary(glossary)
+        if translator.exported:
+            tell(
+                "warning: --model decodes with CTranslate2, which has no constrained search: the glossary "
+                "is not applied, and term accuracy is that of the outputs as they are"
+            )
+        else:
+            require_beam_for_terms(translator.options)
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;
         # an ensemble's is its first member's.
@@ -90,7 +99,11 @@ def evaluate(
         if not src.is_file():
             raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
     sources, references = read_parallel(src, ref)
-    hypotheses = [translation.texts[0] for translation in translator.translate_with_progress(sources)]
+    constrained = terms is not None and not translator.exported
+    translations = translator.translate_with_progress(
+        sources, glossaries=[terms] * len(sources) if constrained else None
+    )
+    hypotheses = [translation.texts[0] for translation in translations]
     hypotheses_path = hypotheses_file(loaded.paths, src)  # next to the model(s) that made them
     write_whole(hypotheses_path, "".join(h + "\n" for h in hypotheses))
     tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
@@ -100,8 +113,14 @@ def evaluate(
     if terms is not None:
         from attn_cli.decoding.glossary import term_accuracy
 
-        # The search does not apply the glossary yet: this is the terms the model writes unaided.
         print(term_accuracy(sources, hypotheses, terms, cfg.data.src_lang, cfg.data.tgt_lang))
+        if constrained:  # the search without the glossary came first: its outputs, scored alike
+            unaided = [translation.unconstrained for translation in translations]
+            print("without the glossary:")
+            if bleu:
+                for score in score_translations(unaided, references, cfg.data.tgt_lang):
+                    print(f"  {score}")
+            print(f"  {term_accuracy(sources, unaided, terms, cfg.data.src_lang, cfg.data.tgt_lang)}")
     if by_length:
         from attn_cli.decoding.by_length import format_table, scores_by_length
 

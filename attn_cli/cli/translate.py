@@ -26,6 +26,7 @@ from attn_cli.errors import UserError
 from attn_cli.translator import load_for_decoding
 
 if TYPE_CHECKING:
+    from attn_cli.decoding.glossary import Term
     from attn_cli.decoding.io import TranslationWriter
     from attn_cli.decoding.translate import Translation
 
@@ -42,10 +43,11 @@ class InputFormat(str, Enum):
 
 @dataclass
 class Reading:
-    """How input lines become sources and prefixes: --input-format and --prefix."""
+    """How input lines become sources, prefixes and glossaries: --input-format, --prefix, --glossary."""
 
     format: str = "text"
     prefix: str = ""
+    glossary: Sequence[Term] = ()
 
 
 @dataclass
@@ -92,14 +94,21 @@ def translate(
         InputFormat.text,
         "--input-format",
         help="text: one sentence per line; "
-        'jsonl: one {"source": ..., "prefix": ...} per line, "prefix" optional, '
-        "e.g. --input-format jsonl --input todo.jsonl.",
+        'jsonl: one {"source": ..., "prefix": ..., "glossary": [[term, target], ...]} per line, '
+        '"prefix" and "glossary" optional, e.g. --input-format jsonl --input todo.jsonl.',
     ),
     prefix: Optional[str] = typer.Option(
         None,
         "--prefix",
         help="Begin every translation with this target text and "
         'search on from there (a JSONL line\'s own "prefix" wins), e.g. --prefix "我".',
+    ),
+    glossary: Optional[Path] = typer.Option(
+        None,
+        "--glossary",
+        "-g",
+        help="Terms every translation must use where their source side occurs: TSV, source term<TAB>target "
+        "term[<TAB>another target...]; needs --beam 2 or more. E.g. --glossary terms.tsv.",
     ),
     output_file: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Write translations here instead of stdout."
@@ -149,12 +158,16 @@ def translate(
 
       attn translate --prefix "我" "I love machine learning"
 
+      attn translate --glossary terms.tsv "I love machine learning"
+
       attn translate --input-format jsonl --input todo.jsonl --format jsonl
 
       attn translate --checkpoint a.pt --checkpoint b.pt "Where is the station?"
     """
     # torch: imported when run, not for --help
+    from attn_cli.decoding.glossary import read_glossary
     from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines, valid_text
+    from attn_cli.decoding.translate import require_beam_for_terms
 
     texts = valid_text(text or [], "argument", tell)
     if texts and input_file:
@@ -166,8 +179,16 @@ def translate(
         )
     lines = read_lines(input_file) if input_file else None
     prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
+    terms = read_glossary(glossary) if glossary is not None else []  # before loading: a bad line fails at once
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     translator = Translator(loaded, decode_options(loaded.config.decode, decode_flags))
+    if terms:
+        if translator.exported:
+            raise UserError(
+                "--glossary needs a checkpoint: attn places terms in its own constrained search, which "
+                "CTranslate2 has not; use --run or --checkpoint instead of --model"
+            )
+        require_beam_for_terms(translator.options)
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
     if inspection.wanted and translator.exported:
         raise UserError(
@@ -188,7 +209,7 @@ def translate(
                 lines,
                 TranslationWriter(out, output_format.value, tell, where),
                 inspection,
-                Reading(input_format.value, prefix),
+                Reading(input_format.value, prefix, terms),
             )
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
@@ -211,16 +232,20 @@ def _translate_and_write(
     from attn_cli.decoding.io import parse_inputs, stdin_batches, tolerant_stdin, valid_text
 
     if texts:
-        translations = translator(*parse_inputs(texts, reading.format, "argument", prefix=reading.prefix))
+        translations = translator(
+            *parse_inputs(texts, reading.format, "argument", prefix=reading.prefix, glossary=reading.glossary)
+        )
     elif lines is not None:
         translations = translator.translate_with_progress(
-            *parse_inputs(lines, reading.format, writer.where, prefix=reading.prefix)
+            *parse_inputs(lines, reading.format, writer.where, prefix=reading.prefix, glossary=reading.glossary)
         )
     else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
         for batch in stdin_batches(tolerant_stdin(sys.stdin)):
             first = writer.count + 1
             batch = valid_text(batch, "stdin", tell, first_number=first)
-            translations = translator(*parse_inputs(batch, reading.format, "stdin", first, reading.prefix))
+            translations = translator(
+                *parse_inputs(batch, reading.format, "stdin", first, reading.prefix, reading.glossary)
+            )
             writer.write(translations)
             if inspection.wanted:
                 _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)

@@ -18,6 +18,7 @@ from attn_cli.errors import UserError
 from attn_cli.translator import Loaded, translate
 
 if TYPE_CHECKING:
+    from attn_cli.decoding.glossary import Term
     from attn_cli.decoding.translate import Translation
 
 # --run and --checkpoint of both commands: repeated, they name the members of an ensemble.
@@ -104,13 +105,21 @@ class Translator:
         return self.loaded.exported is not None
 
     def __call__(
-        self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None, on_batch=None
+        self,
+        sentences: Sequence[str],
+        prefixes: Optional[Sequence[str]] = None,
+        glossaries: Optional[Sequence[Sequence[Term]]] = None,
+        on_batch=None,
     ) -> list[Translation]:
-        """Translations of `sentences`, each beginning with its prefix when `prefixes` are given."""
-        return translate(self.loaded, sentences, self.options, prefixes, on_batch)
+        """Translations of `sentences`, each beginning with its prefix when `prefixes` are given and
+        using its glossary's terms (one list per sentence) where they apply."""
+        return translate(self.loaded, sentences, self.options, prefixes, on_batch, glossaries)
 
     def translate_with_progress(
-        self, sentences: Sequence[str], prefixes: Optional[Sequence[str]] = None
+        self,
+        sentences: Sequence[str],
+        prefixes: Optional[Sequence[str]] = None,
+        glossaries: Optional[Sequence[Sequence[Term]]] = None,
     ) -> list[Translation]:
         """Translate, with a progress bar on stderr that goes away when done."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -125,5 +134,8 @@ class Translator:
         ) as progress:
             task = progress.add_task("translating", total=None)
             return self(
-                sentences, prefixes, on_batch=lambda done, total: progress.update(task, completed=done, total=total)
+                sentences,
+                prefixes,
+                glossaries,
+                on_batch=lambda done, total: progress.update(task, completed=done, total=total),
             )

@@ -17,10 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from attn_cli import languages
 from attn_cli.errors import UserError
+from attn_cli.vocab import UNK_ID
+
+if TYPE_CHECKING:
+    from attn_cli.data.tokenizer import Tokenizer
 
 
 class GlossaryError(UserError, ValueError):
@@ -39,8 +43,7 @@ def read_glossary(path: str | Path) -> list[Term]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise GlossaryError(f"cannot read the glossary {path}: {error}") from None
-    targets: dict[str, list[str]] = {}  # by source term, case aside, in the order first seen
-    spelled: dict[str, str] = {}
+    rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -50,11 +53,61 @@ def read_glossary(path: str | Path) -> list[Term]:
                 f"{path}:{number}: {line!r} is not SOURCE<TAB>TARGET[<TAB>TARGET...] with no empty field; "
                 f"write one term a line, its fields separated by tabs"
             )
+        rows.append(fields)
+    return _gathered(rows)
+
+
+def glossary_from_json(value: object, where: str) -> list[Term]:
+    """A glossary given inline, as JSON: [[source, target, more targets...], ...] (a JSONL line's or
+    a request's "glossary"); `where` names it in an error."""
+    fix = 'give "glossary" as [["source term", "target term"], ...], more targets after the first as alternatives'
+    if not isinstance(value, list):
+        raise GlossaryError(f"{where}: not a list; {fix}")
+    for number, entry in enumerate(value):
+        if not (
+            isinstance(entry, list)
+            and len(entry) >= 2
+            and all(isinstance(field, str) and field.strip() for field in entry)
+        ):
+            raise GlossaryError(f"{where}[{number}]: {entry!r} is not a list of two or more non-empty strings; {fix}")
+    return _gathered([[field.strip() for field in entry] for entry in value])
+
+
+def _gathered(rows: Sequence[Sequence[str]]) -> list[Term]:
+    """Terms from [source, target, ...] rows: the targets of one source (case aside) gathered."""
+    targets: dict[str, list[str]] = {}  # by source term, case aside, in the order first seen
+    spelled: dict[str, str] = {}
+    for fields in rows:
         key = fields[0].casefold()
         spelled.setdefault(key, fields[0])
         known = targets.setdefault(key, [])
         known.extend(target for target in fields[1:] if target not in known)
     return [Term(spelled[key], tuple(found)) for key, found in targets.items()]
+
+
+def combined(general: Sequence[Term], particular: Sequence[Term]) -> list[Term]:
+    """`general` terms (a --glossary file) with `particular` ones (a line's own): for a source term
+    in both, the particular targets replace the general ones."""
+    replaced = {term.source.casefold() for term in particular}
+    return [term for term in general if term.source.casefold() not in replaced] + list(particular)
+
+
+def token_alternatives(term: Term, tokenizer: Tokenizer, target_language: str) -> tuple[tuple[int, ...], ...]:
+    """The token sequences that write the term's target side, for a search to place: each target as
+    the tokenizer encodes it alone (a word that begins the output or follows a space) and, in a
+    language written without spaces, also as it is written inside a sentence, with no mark of a word
+    start. A target with a character the vocabulary lacks cannot be written and is left out."""
+    found: list[tuple[int, ...]] = []
+    for pieces in tokenizer.encode_pieces(list(term.targets)):
+        forms = [pieces]
+        if languages.is_unspaced(target_language) and pieces and pieces[0].startswith("▁"):
+            inside = pieces[1:] if pieces[0] == "▁" else [pieces[0][1:], *pieces[1:]]
+            forms.append(inside)
+        for form in forms:
+            ids = tuple(tokenizer.piece_to_id(piece) for piece in form)
+            if ids and UNK_ID not in ids and ids not in found:
+                found.append(ids)
+    return tuple(found)
 
 
 def _spans(text: str, phrase: str, language: str) -> list[tuple[int, int]]:

@@ -1,5 +1,5 @@
 """Sentences in and translations out, as lines: reading input files and stdin (text, or JSONL with
-a prefix per line), writing text or JSONL.
+a prefix and a glossary per line), writing text or JSONL.
 
 `attn translate` and `attn eval` read and write through here; the messages name the file and line
 at fault, so they can be shown to the user as they are.
@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Optional, TextIO
 
+from attn_cli.decoding.glossary import Term, combined, glossary_from_json
 from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
 from attn_cli.files import written_whole
 
 OUTPUT_FORMATS = ("text", "jsonl")
 INPUT_FORMATS = ("text", "jsonl")
-_INPUT_KEYS = ("source", "prefix")  # of a JSONL input line
+_INPUT_KEYS = ("source", "prefix", "glossary")  # of a JSONL input line
 
 
 def read_lines(path: Path) -> list[str]:
@@ -70,26 +71,38 @@ def valid_text(
 
 
 def parse_inputs(
-    lines: Sequence[str], input_format: str, where: str | Path, first_number: int = 1, prefix: str = ""
-) -> tuple[list[str], list[str]]:
-    """The sources and prefixes of input lines. A text line is a source, with `prefix` (--prefix, ""
-    for none). A JSONL line is an object {"source": "...", "prefix": "..."}: "prefix" may be left
-    out (then `prefix` applies), and an empty line is an empty source, as in text."""
+    lines: Sequence[str],
+    input_format: str,
+    where: str | Path,
+    first_number: int = 1,
+    prefix: str = "",
+    glossary: Sequence[Term] = (),
+) -> tuple[list[str], list[str], list[list[Term]]]:
+    """The sources, prefixes and glossaries of input lines. A text line is a source, with `prefix`
+    (--prefix, "" for none) and the terms of `glossary` (--glossary). A JSONL line is an object
+    {"source": "...", "prefix": "...", "glossary": [["term", "target"], ...]}: "prefix" may be left
+    out (then `prefix` applies), a line's "glossary" adds to `glossary` (its targets win for a term
+    in both), and an empty line is an empty source, as in text."""
     if input_format not in INPUT_FORMATS:
         raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
     if input_format == "text":
-        return list(lines), [prefix] * len(lines)
-    sources, prefixes = [], []
+        return list(lines), [prefix] * len(lines), [list(glossary)] * len(lines)
+    sources, prefixes, glossaries = [], [], []
     for number, line in enumerate(lines, start=first_number):
         record = _input_record(line, f"{where} line {number}") if line.strip() else {"source": ""}
         sources.append(record["source"])
         prefixes.append(record.get("prefix", prefix))
-    return sources, prefixes
+        glossaries.append(combined(glossary, record.get("glossary", [])))
+    return sources, prefixes, glossaries
 
 
-def _input_record(line: str, where: str) -> dict[str, str]:
-    """One JSONL input line, checked: an object with a "source" string and at most a "prefix" string."""
-    fix = 'write each line as {"source": "...", "prefix": "..."} ("prefix" optional)'
+def _input_record(line: str, where: str) -> dict:
+    """One JSONL input line, checked: an object with a "source" string, at most a "prefix" string
+    and a "glossary" (read into terms)."""
+    fix = (
+        'write each line as {"source": "...", "prefix": "...", "glossary": [["term", "target"]]} '
+        '(all but "source" optional)'
+    )
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
@@ -99,11 +112,13 @@ def _input_record(line: str, where: str) -> dict[str, str]:
     unknown = [key for key in record if key not in _INPUT_KEYS]
     if unknown:  # a misspelt "prefix" must not be dropped without a word
         raise UserError(f"{where}: unknown key {unknown[0]!r}; {fix}")
-    for key in _INPUT_KEYS:
+    for key in ("source", "prefix"):
         if key in record and not isinstance(record[key], str):
             raise UserError(f"{where}: {key!r} is a JSON {_json_kind(record[key])}, not a string; {fix}")
     if "source" not in record:
         raise UserError(f"{where}: no 'source'; {fix}")
+    if "glossary" in record:  # a GlossaryError names the line and the entry
+        record["glossary"] = glossary_from_json(record["glossary"], f"{where}: 'glossary'")
     return record
 
 
@@ -178,6 +193,10 @@ class TranslationWriter:
             if translation.prefix:
                 record["prefix"] = translation.prefix
             record["translations"] = hypotheses
+            if translation.terms:  # a glossary applied
+                record["terms"] = translation.terms
+                if translation.unmet_terms:
+                    record["unmet_terms"] = translation.unmet_terms
             if translation.note:
                 record["note"] = translation.note
             return json.dumps(record, ensure_ascii=False) + "\n"

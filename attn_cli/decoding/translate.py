@@ -20,7 +20,9 @@ from attn_cli import languages
 from attn_cli.config import DecodeConfig
 from attn_cli.data.batching import Example, collate, token_batches
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
+from attn_cli.decoding import glossary
 from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.constrained import TokenTerm, constrained_beam_search
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.greedy import greedy_search, sampler
 from attn_cli.decoding.hypothesis import Hypothesis, OutputConstraint
@@ -42,8 +44,12 @@ class Translation:
     tokens: list[list[str]]  # their target pieces
     parts: list[list[int]] = field(default_factory=list)  # source ids the model saw, no EOS; a long input has several
     outputs: list[list[Hypothesis]] = field(default_factory=list)  # per part, best first
-    note: str = ""  # what was done to an input longer than the model takes
+    note: str = ""  # what was done to an input longer than the model takes, or a term not met
     prefix: str = ""  # the target text every translation was forced to begin with
+    terms: list[str] = field(default_factory=list)  # the glossary's source terms that applied
+    unmet_terms: list[str] = field(default_factory=list)  # of them, those the best translation lacks
+    # The best translation of the search without the glossary (the same as texts[0] when it held every term).
+    unconstrained: str = ""
 
 
 def decode_batch(
@@ -53,16 +59,19 @@ def decode_batch(
     generator: torch.Generator | None = None,
     prefixes: Optional[Sequence[Sequence[int]]] = None,
     constraints: Sequence[OutputConstraint] = (),
+    terms: Optional[Sequence[Sequence[TokenTerm]]] = None,
 ) -> list[list[Hypothesis]]:
     """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search, each
-    row's output forced to begin with its `prefixes` ids (none: no prefix).
+    row's output forced to begin with its `prefixes` ids (none: no prefix). With `terms`, one list
+    per row, the beam search is constrained to write each row's terms (decoding/constrained.py); a
+    row it could not place them in gets no hypothesis.
 
     Rows whose prefixes differ in length are searched apart, one group per length: a search fills
     the cache with BOS and the prefix in one call and then moves every row one position per step,
     so its rows must stand at the same position. A group is exactly what its rows would be alone.
     `constraints` (see `output_constraints`) rule out tokens at every step of the search."""
     if prefixes is None or not any(prefixes):
-        return _search(model, src, options, generator, None, constraints)
+        return _search(model, src, options, generator, None, constraints, terms)
     results: list[list[Hypothesis]] = [[] for _ in prefixes]
     by_length = sorted(range(len(prefixes)), key=lambda row: len(prefixes[row]))
     for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
@@ -70,9 +79,9 @@ def decode_batch(
         group_src = src[torch.tensor(rows, device=src.device)]
         group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
         prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
-        for row, hypotheses in zip(
-            rows, _search(model, group_src, options, generator, prefix.view(len(rows), length), constraints)
-        ):
+        group_terms = None if terms is None else [terms[row] for row in rows]
+        found = _search(model, group_src, options, generator, prefix.view(len(rows), length), constraints, group_terms)
+        for row, hypotheses in zip(rows, found):
             results[row] = hypotheses
     return results
 
@@ -84,7 +93,23 @@ def _search(
     generator: torch.Generator | None,
     prefix: Optional[torch.Tensor],
     constraints: Sequence[OutputConstraint] = (),
+    terms: Optional[Sequence[Sequence[TokenTerm]]] = None,
 ) -> list[list[Hypothesis]]:
+    if terms is not None:
+        require_beam_for_terms(options)
+        return constrained_beam_search(
+            model,
+            src,
+            terms,
+            options.beam_size,
+            options.length_penalty,
+            options.max_len_a,
+            options.max_len_b,
+            options.n_best,
+            prefix=prefix,
+            no_repeat_ngram=options.no_repeat_ngram,
+            constraints=constraints,
+        )
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
         samples = greedy_search(
@@ -123,6 +148,17 @@ def _search(
         no_repeat_ngram=options.no_repeat_ngram,
         constraints=constraints,
     )
+
+
+def require_beam_for_terms(options: DecodeConfig) -> None:
+    """Terms are placed by the beam search alone: greedy search and sampling keep one hypothesis a
+    step, with no room for one that is writing a term."""
+    if options.sample or options.beam_size < 2:
+        how = "sampling" if options.sample else "greedy search (beam 1)"
+        raise UserError(
+            f"a glossary needs beam search, and {how} cannot place terms; use --beam 2 or more (5 is usual)"
+            + (" without --sample" if options.sample else "")
+        )
 
 
 def output_constraints(target: Tokenizer, options: DecodeConfig) -> list[OutputConstraint]:
@@ -176,6 +212,8 @@ def translate_sentences(
     on_batch: Callable[[int, int], None] | None = None,
     search: Search | None = None,
     prefixes: Optional[Sequence[str]] = None,
+    glossaries: Optional[Sequence[Sequence[glossary.Term]]] = None,
+    source_language: str = "",
 ) -> list[Translation]:
     """Translate strings in length-sorted token-budget batches; results come back in input order.
 
@@ -183,20 +221,32 @@ def translate_sentences(
     or truncated as `options.long_inputs` says, with a note. An empty (or all-whitespace) line
     translates to an empty line. After each batch, `on_batch(done, total)` is told how many of the
     parts to translate are done. `search` decodes the batches instead of `model`'s own search (an
-    exported model, attn_cli.export); it takes no prefixes. `prefixes`, one per sentence ("" for
-    none), is target text each translation must begin with: encoded with the target tokenizer
-    (no EOS), it forces the start of the first part of its input.
+    exported model, attn_cli.export); it takes no prefixes and no glossary. `prefixes`, one per
+    sentence ("" for none), is target text each translation must begin with: encoded with the target
+    tokenizer (no EOS), it forces the start of the first part of its input.
+
+    `glossaries`, one list of terms per sentence, are terms each translation must use where their
+    source side occurs (in `source_language`; decoding/glossary.py). Every part is searched as
+    without them first; a part whose outputs lack one of its terms is searched again, constrained to
+    write them (decoding/constrained.py). So an output that already holds its terms stays as it was,
+    and the slower constrained search runs only where it changes something. A part whose terms
+    cannot be placed keeps its first output, and its translation names the terms it lacks.
     """
     prefix_ids = _encode_prefixes(model, tokenizers, prefixes, len(sentences))
+    with_glossary = glossaries is not None and any(glossaries)
+    if with_glossary and len(glossaries) != len(sentences):
+        raise ValueError(f"{len(glossaries)} glossaries for {len(sentences)} sentences; give one per sentence")
     if search is None:
         device = Ensemble.of(model).device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
         constraints = output_constraints(tokenizers.target, options)
+        if with_glossary:
+            require_beam_for_terms(options)
 
-        def search(src, prefixes=None):
-            return decode_batch(model, src, options, generator, prefixes, constraints)
-    elif any(prefix_ids):
-        raise ValueError("prefixes need attn's own search; an exported model's `search` takes none")
+        def search(src, prefixes=None, terms=None):
+            return decode_batch(model, src, options, generator, prefixes, constraints, terms)
+    elif any(prefix_ids) or with_glossary:
+        raise ValueError("prefixes and glossaries need attn's own search; an exported model's `search` takes neither")
     else:
         device = torch.device("cpu")
     plain = tokenizers.source.encode([s.strip() for s in sentences])
@@ -204,42 +254,136 @@ def translate_sentences(
     # A long input is cut without its source prefix, and every part gets the prefix: a multi-target
     # model needs it at the start of each source it translates.
     room = max_source_tokens - len(tokenizers.prefix_ids)
-    parts = [
-        tokenizers.prefixed(fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece))
-        for ids in plain
-    ]
+    plain_parts = [fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece) for ids in plain]
+    parts = [tokenizers.prefixed(input_parts) for input_parts in plain_parts]
     # Every non-empty part of every input is one example; `owners` maps it back to its input. The
     # prefix begins the input's translation, so it forces the first part's output only.
     owned = [
-        (owner, part, prefix_ids[owner] if number == 0 else [])
+        (owner, number, part, prefix_ids[owner] if number == 0 else [])
         for owner, input_parts in enumerate(parts)
         for number, part in enumerate(input_parts)
         if part
     ]
-    owners = [owner for owner, _, _ in owned]
-    examples = [Example(index, part, []) for index, (_, part, _) in enumerate(owned)]
-    example_prefixes = [prefix for _, _, prefix in owned]
-    outputs: list[list[Hypothesis]] = [[] for _ in examples]
-    done = 0
-    for positions in token_batches(examples, options.max_tokens, shuffle=False):
-        batch = collate([examples[p] for p in positions]).to(device)
+    owners = [owner for owner, _, _, _ in owned]
+    examples = [Example(index, part, []) for index, (_, _, part, _) in enumerate(owned)]
+    example_prefixes = [prefix for _, _, _, prefix in owned]
+    total = len(examples)
+    progress = _Progress(on_batch, total)
+
+    def decode(batch):
         batch_prefixes = [example_prefixes[index] for index in batch.indices]
-        found = search(batch.src, batch_prefixes) if any(batch_prefixes) else search(batch.src)
-        for index, hypotheses in zip(batch.indices, found):
-            outputs[index] = hypotheses
-        done += len(positions)
-        if on_batch is not None:
-            on_batch(done, len(examples))
+        return search(batch.src, batch_prefixes) if any(batch_prefixes) else search(batch.src)
+
+    outputs = _decode_examples(examples, options.max_tokens, device, decode, progress)
+    first_outputs = list(outputs)
+    part_terms: list[list[glossary.Term]] = [[] for _ in examples]
+    if with_glossary:
+        for index, (owner, number, _, _) in enumerate(owned):
+            text = (
+                sentences[owner]
+                if len(plain_parts[owner]) == 1
+                else tokenizers.source.decode([plain_parts[owner][number]])[0]
+            )
+            part_terms[index] = glossary.applicable_terms(text, glossaries[owner], source_language)
+        again = [
+            index
+            for index, terms in enumerate(part_terms)
+            if terms
+            and not all(_holds_terms(text, terms, target_language) for text in _texts(outputs[index], tokenizers))
+        ]
+        if again:
+            progress.total += len(again)
+            token_terms = [
+                [
+                    alternatives
+                    for term in part_terms[index]
+                    if (alternatives := glossary.token_alternatives(term, tokenizers.target, target_language))
+                ]
+                for index in again
+            ]
+            redo = [Example(number, examples[index].src, []) for number, index in enumerate(again)]
+
+            def decode_with_terms(batch):
+                return search(
+                    batch.src,
+                    [example_prefixes[again[number]] for number in batch.indices],
+                    [token_terms[number] for number in batch.indices],
+                )
+
+            for index, hypotheses in zip(
+                again, _decode_examples(redo, options.max_tokens, device, decode_with_terms, progress)
+            ):
+                if hypotheses:  # none: the terms could not be placed, and the first output stays
+                    outputs[index] = hypotheses
 
     per_input: list[list[list[Hypothesis]]] = [[] for _ in sentences]
-    for owner, hypotheses in zip(owners, outputs):
-        per_input[owner].append(hypotheses)
+    first_per_input: list[list[Hypothesis]] = [[] for _ in sentences]
+    terms_per_input: list[list[glossary.Term]] = [[] for _ in sentences]
+    for index, owner in enumerate(owners):
+        per_input[owner].append(outputs[index])
+        first_per_input[owner].append(first_outputs[index][0] if first_outputs[index] else Hypothesis([], 0.0, 0.0))
+        terms_per_input[owner] += [term for term in part_terms[index] if term not in terms_per_input[owner]]
     joiner = languages.joiner(target_language)  # between the parts of a split input
     prefixes = prefixes or [""] * len(sentences)
-    return [
+    translations = [
         _assemble(sentence, ids, part_ids, part_outputs, tokenizers, joiner, options.n_best, prefix)
         for sentence, ids, part_ids, part_outputs, prefix in zip(sentences, encoded, parts, per_input, prefixes)
     ]
+    for translation, firsts, terms in zip(translations, first_per_input, terms_per_input):
+        translation.unconstrained = joiner.join(tokenizers.target.decode([h.tokens for h in firsts])) if firsts else ""
+        if terms:
+            translation.terms = [term.source for term in terms]
+            translation.unmet_terms = [
+                term.source for term in terms if not _holds_terms(translation.texts[0], [term], target_language)
+            ]
+        if translation.unmet_terms:
+            named = ", ".join(repr(term) for term in translation.unmet_terms)
+            unmet = (
+                f"glossary terms not met ({named}): they do not fit within the output limit "
+                f"(--max-len-a, --max-len-b) or an output rule forbids them"
+            )
+            translation.note = f"{translation.note}; {unmet}" if translation.note else unmet
+    return translations
+
+
+@dataclass
+class _Progress:
+    """`on_batch` told of the parts decoded so far, over both searches of a glossary."""
+
+    on_batch: Callable[[int, int], None] | None
+    total: int
+    done: int = 0
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if self.on_batch is not None:
+            self.on_batch(self.done, self.total)
+
+
+def _decode_examples(
+    examples: Sequence[Example],
+    max_tokens: int,
+    device: torch.device,
+    decode: Callable[..., list[list[Hypothesis]]],
+    progress: _Progress,
+) -> list[list[Hypothesis]]:
+    """Each example's hypotheses, decoded in length-sorted token-budget batches by `decode(batch)`."""
+    outputs: list[list[Hypothesis]] = [[] for _ in examples]
+    for positions in token_batches(examples, max_tokens, shuffle=False):
+        batch = collate([examples[p] for p in positions]).to(device)
+        for index, hypotheses in zip(batch.indices, decode(batch)):
+            outputs[index] = hypotheses
+        progress.advance(len(positions))
+    return outputs
+
+
+def _texts(hypotheses: Sequence[Hypothesis], tokenizers: Tokenizers) -> list[str]:
+    return tokenizers.target.decode([h.tokens for h in hypotheses])
+
+
+def _holds_terms(text: str, terms: Sequence[glossary.Term], language: str) -> bool:
+    """Whether `text` holds one target of each of `terms`."""
+    return all(any(glossary.occurs(text, target, language) for target in term.targets) for term in terms)
 
 
 def _encode_prefixes(
