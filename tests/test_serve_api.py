@@ -108,6 +108,32 @@ def test_v1_prefix_and_sampling_follow_the_cli(served):
     assert [n["translation"] for n in answer["translations"][0]["sentences"][0]["n_best"]] == sampled
 
 
+def test_v1_glossary_is_what_attn_translate_does_with_it(served):
+    server, client = served
+    from attn_cli.decoding.glossary import Term
+    from attn_cli.decoding.options import override_decode
+    from attn_cli.translator import translate
+
+    loaded = next(iter(server.models)).loaded
+    options = override_decode(loaded.config.decode, {"beam_size": 3, "n_best": 2})
+    terms = [Term("number", ("号", "句子")), Term("sentence", ("7",))]
+    expected = translate(loaded, SENTENCES, options, glossaries=[terms] * len(SENTENCES))
+    body = {"q": SENTENCES, "beam_size": 3, "n_best": 2, "glossary": [["number", "号", "句子"], ["sentence", "7"]]}
+    answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    sentences = [t["sentences"][0] for t in answer.json()["translations"]]
+    assert [[n["translation"] for n in s["n_best"]] for s in sentences] == [t.texts for t in expected]
+    assert [s["terms"] for s in sentences] == [t.terms for t in expected] and all(s["terms"] for s in sentences)
+    assert all(not s["unmet_terms"] for s in sentences)
+    assert all("7" in n["translation"] for s in sentences for n in s["n_best"] if "sentence" in s["terms"])
+    for bad, problem in [
+        ({"glossary": [["number"]]}, "glossary[0]: ['number'] is not a list of two or more non-empty strings"),
+        ({"glossary": [["number", "号"]], "beam_size": 1}, "glossary: terms are placed by beam search only"),
+    ]:
+        refused = client.post("/v1/translate", json={"q": SENTENCES[0], **bad})
+        assert refused.status_code == 400 and problem in refused.json()["error"], refused.text
+
+
 def test_confidence_is_the_geometric_mean_of_the_chosen_tokens_probabilities(served):
     """exp(log P / chosen tokens): the EOS counted, a forced prefix not (it was given, not chosen);
     the length-normalised score would give another number."""

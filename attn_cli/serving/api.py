@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from pydantic import ConfigDict, Field, create_model
 
 from attn_cli.config import DecodeConfig
+from attn_cli.decoding.glossary import GlossaryError, glossary_from_json
 from attn_cli.decoding.options import DECODE_OPTIONS
 from attn_cli.decoding.translate import Translation
 from attn_cli.serving.models import RequestError, ServedModel
@@ -50,6 +51,14 @@ def _request_model():
         prefix=(
             Optional[Union[str, list[str]]],
             Field(None, description="Target text each translation begins with: one for all, or one per line."),
+        ),
+        glossary=(
+            Optional[list[list[str]]],
+            Field(
+                None,
+                description="Terms each translation must use where their source side occurs: "
+                '[["source term", "target term", more targets as alternatives...], ...]; needs beam_size >= 2.',
+            ),
         ),
         alignment=(bool, Field(False, description="Add each sentence's word alignment (from cross-attention).")),
         attention=(bool, Field(False, description="Add each sentence's encoder, decoder and cross-attention.")),
@@ -101,8 +110,13 @@ async def translate(request: Request, body: TranslateRequest) -> dict:  # type: 
             prefixes = body.prefix
         else:
             raise RequestError("prefix: give prefixes for format text only")
+    try:
+        glossary = glossary_from_json(body.glossary, "glossary") if body.glossary is not None else []
+    except GlossaryError as error:
+        raise RequestError(str(error)) from None
     translated = await while_connected(
-        request, server.translate(model, texts, body.format, options, prefixes, body.attention or body.alignment)
+        request,
+        server.translate(model, texts, body.format, options, prefixes, body.attention or body.alignment, glossary),
     )
     target = model.loaded.tokenizers.target
     answers = []
@@ -128,6 +142,7 @@ def _sentence(sentence: Translation, prefix_tokens: int) -> dict:
         "confidence": round(confidence(sentence, prefix_tokens), 6),
         "n_best": [{"translation": text, "score": score} for text, score in zip(sentence.texts, sentence.scores)],
         "note": sentence.note,
+        **({"terms": sentence.terms, "unmet_terms": sentence.unmet_terms} if sentence.terms else {}),
     }
 
 

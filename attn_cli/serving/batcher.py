@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from attn_cli.config import DecodeConfig
+from attn_cli.decoding.glossary import Term
 from attn_cli.decoding.translate import Translation
 from attn_cli.serving.models import ServedModel
 from attn_cli.translator import translate
@@ -50,6 +51,7 @@ class Job:
     tokens: int  # its source tokens: what the token budget counts
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    glossary: list[Term] = field(default_factory=list)  # terms for each of its sentences
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
@@ -115,14 +117,20 @@ class Batcher:
         self._thread.join(timeout)
 
     async def translate(
-        self, sentences: Sequence[str], options: DecodeConfig, prefixes=None, attention=False, timeout=None
+        self,
+        sentences: Sequence[str],
+        options: DecodeConfig,
+        prefixes=None,
+        attention=False,
+        timeout=None,
+        glossary: Sequence[Term] = (),
     ) -> JobResult:
         """The translations of a request's sentences, decoded with whatever else is waiting. Raises
         QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is dropped if
         it has not started); a cancelled caller (its client went away) drops its job too."""
         loop = asyncio.get_running_loop()
         tokens = sum(len(ids) + 1 for ids in self.served.loaded.tokenizers.encode_sources(list(sentences)))
-        job = Job(list(sentences), options, prefixes, attention, tokens, loop.create_future(), loop)
+        job = Job(list(sentences), options, prefixes, attention, tokens, loop.create_future(), loop, list(glossary))
         self._put(job)
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
@@ -207,7 +215,10 @@ class Batcher:
         prefixes = None
         if any(job.prefixes for job in jobs):
             prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.sentences))]
-        translations = translate(self.served.loaded, sentences, jobs[0].options, prefixes)
+        glossaries = None
+        if any(job.glossary for job in jobs):  # terms are per sentence: requests with and without join one call
+            glossaries = [job.glossary for job in jobs for _ in job.sentences]
+        translations = translate(self.served.loaded, sentences, jobs[0].options, prefixes, glossaries=glossaries)
         self.stats.calls += 1
         self.stats.sentences += len(sentences)
         results, start = [], 0

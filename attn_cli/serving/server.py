@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from attn_cli.config import ConfigError, DecodeConfig
+from attn_cli.decoding.glossary import Term
 from attn_cli.decoding.options import field_names, override_decode
 from attn_cli.errors import UserError
 from attn_cli.serving.batcher import Batcher, JobResult, QueueFull
@@ -102,8 +103,10 @@ class Server:
         options: DecodeConfig,
         prefixes: Optional[Sequence[str]] = None,
         attention: bool = False,
+        glossary: Sequence[Term] = (),
     ) -> Translated:
-        """Translate a request's texts with `model`'s worker, decoded together with other requests'."""
+        """Translate a request's texts with `model`'s worker, decoded together with other requests',
+        each sentence with the terms of `glossary` that apply to it."""
         limits = self.limits
         prepared = prepare_texts(texts, text_format, limits.max_characters, limits.max_sentences)
         sentences = [sentence for text in prepared for sentence in text.sentences]
@@ -120,9 +123,19 @@ class Server:
                 f"attention: {len(sentences)} sentences, more than the {limits.max_attention_sentences} this server "
                 f"gives attention for in one request; send fewer, or leave attention and alignment out"
             )
+        if glossary:
+            if model.loaded.exported is not None:
+                raise RequestError(
+                    f"glossary: the {model.name} model is served by {model.backend}, which has no constrained "
+                    f"search; serve a checkpoint (--run or --checkpoint) to use a glossary"
+                )
+            if options.sample or options.beam_size < 2:  # as require_beam_for_terms, in the request's words
+                raise RequestError(
+                    "glossary: terms are placed by beam search only; set beam_size to 2 or more and sample to false"
+                )
         try:
             result = await self.batchers[model.name].translate(
-                sentences, options, list(prefixes) if prefixes else None, attention, timeout=limits.timeout
+                sentences, options, list(prefixes) if prefixes else None, attention, limits.timeout, glossary
             )
         except QueueFull as error:
             raise RequestError(f"{error}; slow down and try again", 429) from None
