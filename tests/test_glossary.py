@@ -193,3 +193,19 @@ def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(t
         reference = reference_constrained_search(model, torch.tensor(ids), terms[row], 3, 0.6, 1.2, 5, 3)
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
         assert [h.score for h in batched[row]] == pytest.approx([h.score for h in reference], abs=1e-4)
+
+
+def test_the_kept_terminology_set_asks_only_for_what_its_references_say():
+    from conftest import REPO
+
+    from attn_cli.decoding.glossary import occurs
+
+    kept = REPO / "benchmarks" / "en-zh-terms"
+    terms = read_glossary(kept / "glossary.tsv")
+    sources = (kept / "test.en").read_text(encoding="utf-8").splitlines()
+    references = (kept / "test.zh").read_text(encoding="utf-8").splitlines()
+    credits = (kept / "test.attribution").read_text(encoding="utf-8").splitlines()
+    assert len(sources) == len(references) == len(credits) > 300 and len(terms) > 50
+    for source, reference in zip(sources, references):
+        applied = applicable_terms(source, terms, "en")
+        assert applied and all(any(occurs(reference, t, "zh") for t in term.targets) for term in applied)
