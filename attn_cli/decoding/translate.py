@@ -267,8 +267,7 @@ def translate_sentences(
     owners = [owner for owner, _, _, _ in owned]
     examples = [Example(index, part, []) for index, (_, _, part, _) in enumerate(owned)]
     example_prefixes = [prefix for _, _, _, prefix in owned]
-    total = len(examples)
-    progress = _Progress(on_batch, total)
+    progress = _Progress(on_batch, len(examples))
 
     def decode(batch):
         batch_prefixes = [example_prefixes[index] for index in batch.indices]
@@ -293,26 +292,19 @@ def translate_sentences(
         ]
         if again:
             progress.total += len(again)
-            token_terms = [
-                [
-                    alternatives
-                    for term in part_terms[index]
-                    if (alternatives := glossary.token_alternatives(term, tokenizers.target, target_language))
-                ]
-                for index in again
-            ]
-            redo = [Example(number, examples[index].src, []) for number, index in enumerate(again)]
-
-            def decode_with_terms(batch):
-                return search(
-                    batch.src,
-                    [example_prefixes[again[number]] for number in batch.indices],
-                    [token_terms[number] for number in batch.indices],
-                )
-
-            for index, hypotheses in zip(
-                again, _decode_examples(redo, options.max_tokens, device, decode_with_terms, progress)
-            ):
+            redo = [examples[index] for index in again]
+            found = _search_with_terms(
+                redo,
+                [example_prefixes[i] for i in again],
+                [part_terms[i] for i in again],
+                search,
+                tokenizers,
+                target_language,
+                options.max_tokens,
+                device,
+                progress,
+            )
+            for index, hypotheses in zip(again, found):
                 if hypotheses:  # none: the terms could not be placed, and the first output stays
                     outputs[index] = hypotheses
 
@@ -331,18 +323,7 @@ def translate_sentences(
     ]
     for translation, firsts, terms in zip(translations, first_per_input, terms_per_input):
         translation.unconstrained = joiner.join(tokenizers.target.decode([h.tokens for h in firsts])) if firsts else ""
-        if terms:
-            translation.terms = [term.source for term in terms]
-            translation.unmet_terms = [
-                term.source for term in terms if not _holds_terms(translation.texts[0], [term], target_language)
-            ]
-        if translation.unmet_terms:
-            named = ", ".join(repr(term) for term in translation.unmet_terms)
-            unmet = (
-                f"glossary terms not met ({named}): they do not fit within the output limit "
-                f"(--max-len-a, --max-len-b) or an output rule forbids them"
-            )
-            translation.note = f"{translation.note}; {unmet}" if translation.note else unmet
+        _note_terms(translation, terms, target_language)
     return translations
 
 
@@ -375,6 +356,50 @@ def _decode_examples(
             outputs[index] = hypotheses
         progress.advance(len(positions))
     return outputs
+
+
+def _search_with_terms(
+    examples: Sequence[Example],
+    prefixes: Sequence[list[int]],
+    terms: Sequence[Sequence[glossary.Term]],
+    search: Callable[..., list[list[Hypothesis]]],
+    tokenizers: Tokenizers,
+    target_language: str,
+    max_tokens: int,
+    device: torch.device,
+    progress: _Progress,
+) -> list[list[Hypothesis]]:
+    """Each example searched again, constrained to write its terms (a term the target vocabulary
+    cannot write is left to the check that names unmet terms)."""
+    token_terms = [
+        [
+            found
+            for term in example_terms
+            if (found := glossary.token_alternatives(term, tokenizers.target, target_language))
+        ]
+        for example_terms in terms
+    ]
+    numbered = [Example(number, example.src, []) for number, example in enumerate(examples)]
+
+    def decode(batch):
+        return search(batch.src, [prefixes[n] for n in batch.indices], [token_terms[n] for n in batch.indices])
+
+    return _decode_examples(numbered, max_tokens, device, decode, progress)
+
+
+def _note_terms(translation: Translation, terms: Sequence[glossary.Term], target_language: str) -> None:
+    """Record on `translation` the terms that applied, and name in its note those it lacks."""
+    translation.terms = [term.source for term in terms]
+    translation.unmet_terms = [
+        term.source for term in terms if not _holds_terms(translation.texts[0], [term], target_language)
+    ]
+    if translation.unmet_terms:
+        named = ", ".join(repr(term) for term in translation.unmet_terms)
+        unmet = (
+            f"glossary terms not met ({named}): they do not fit within the output limit (--max-len-a, "
+            f"--max-len-b), an output rule forbids them, or the target vocabulary cannot write them"
+        )
+        translation.note = f"{translation.note}; {unmet}" if translation.note else unmet
 
 
 def _texts(hypotheses: Sequence[Hypothesis], tokenizers: Tokenizers) -> list[str]:
