@@ -94,7 +94,7 @@ def translate(
         InputFormat.text,
         "--input-format",
         help="text: one sentence per line; "
-        'jsonl: one {"source": ..., "prefix": ..., "glossary": [[term, target], ...]} per line, '
+        'jsonl: one {"source": ..., "prefix": ..., "glossary": [["term", "target"], ...]} per line, '
         '"prefix" and "glossary" optional, e.g. --input-format jsonl --input todo.jsonl.',
     ),
     prefix: Optional[str] = typer.Option(
