@@ -1,5 +1,6 @@
 """Glossaries: reading, which terms apply to a sentence, and term accuracy; `attn eval --glossary`."""
 
+import os
 import shutil
 
 import pytest
@@ -209,3 +210,25 @@ def test_the_kept_terminology_set_asks_only_for_what_its_references_say():
     for source, reference in zip(sources, references):
         applied = applicable_terms(source, terms, "en")
         assert applied and all(any(occurs(reference, t, "zh") for t in term.targets) for term in applied)
+
+
+def test_on_a_random_model_terms_already_written_leave_its_translations_unchanged(served_checkpoint):
+    from serving import SENTENCES
+
+    from attn_cli.translator import load_for_decoding, translate
+
+    loaded = load_for_decoding([], [served_checkpoint], None, "cpu")
+    options = _options(loaded, n_best=2)
+    plain = translate(loaded, SENTENCES, options)
+    # A term of each sentence's first word, whose target is the start of both of its translations.
+    written = []
+    for sentence, translation in zip(SENTENCES, plain):
+        shared = os.path.commonprefix(translation.texts)[:3]
+        written.append([Term(sentence.split()[0], (shared,))] if shared.strip() else [])
+    assert sum(map(bool, written)) >= 2
+    aided = translate(loaded, SENTENCES, options, glossaries=written)
+    assert [t.texts for t in aided] == [t.texts for t in plain]
+    # A term neither translation writes changes them, and both then hold it.
+    absent = [[Term(sentence.split()[0], ("号号",))] for sentence in SENTENCES]
+    forced = translate(loaded, SENTENCES, options, glossaries=absent)
+    assert all("号号" in text for t in forced for text in t.texts)
