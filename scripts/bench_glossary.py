@@ -51,7 +51,11 @@ def constrained_everywhere(checkpoint, sentences, terms, options) -> float:
     tgt_lang, src_lang = checkpoint.config.data.tgt_lang, checkpoint.config.data.src_lang
     examples = [Example(i, ids, []) for i, ids in enumerate(tokenizers.encode_sources(sentences))]
     token_terms = [
-        [token_alternatives(term, tokenizers.target, tgt_lang) for term in applicable_terms(s, terms, src_lang)]
+        [
+            found
+            for term in applicable_terms(s, terms, src_lang)
+            if (found := token_alternatives(term, tokenizers.target, tgt_lang))
+        ]
         for s in sentences
     ]
     constraints = output_constraints(tokenizers.target, options)
@@ -138,7 +142,8 @@ def main() -> None:
         "set": str(args.set),
         "beam": options.beam_size,
         "glossary_terms": len(terms),
-        "sentences_searched_again": sum(t.texts[0] != t.unconstrained for t in translations),
+        "sentences_searched_again": len(missed),
+        "sentences_changed": sum(t.texts[0] != t.unconstrained for t in translations),
         "unmet_sentences": sum(bool(t.unmet_terms) for t in translations),
         "rows": rows,
         "constrained_everywhere_seconds": round(everywhere, 2),

@@ -83,12 +83,18 @@ class _PlainTerms:
         return [(a, j) for a in term for j in range(1, len(a)) if _ends_with(tokens, a[:j])]
 
     def needed(self, tokens):
+        """Every unmet term from scratch, or one being written finished first and the rest from scratch."""
         met = self.met(tokens)
-        return sum(
-            min([min(len(a) for a in term)] + [len(a) - j for a, j in self.started(tokens, term)])
-            for term, done in zip(self.terms, met)
-            if not done
-        )
+        shortest = [min(len(a) for a in term) for term in self.terms]
+        unmet = [t for t, done in enumerate(met) if not done]
+        options = [sum(shortest[t] for t in unmet)]
+        for t in unmet:
+            for a, j in self.started(tokens, self.terms[t]):
+                options.append(sum(shortest[u] for u in unmet if u != t) + len(a) - j)
+        return min(options)
+
+    def just_met(self, tokens):
+        return bool(tokens) and sum(self.met(tokens)) > sum(self.met(tokens[:-1]))
 
     def bank(self, tokens):
         met = self.met(tokens)
@@ -116,18 +122,23 @@ def reference_constrained_search(
     max_len_b: int,
     n_best: int,
     prefix: tuple[int, ...] = (),
+    word_continuations: frozenset[int] = frozenset(),
 ) -> list[Hypothesis]:
     """Dynamic beam allocation for one sentence, plainly: the candidates are the 2k best extensions,
     each hypothesis's best token and its term tokens; those whose terms can no longer fit are
-    dropped, and only a hypothesis that met every term may end; the beam takes the candidates in
-    turns over the banks (terms met, then tokens into a term), best bank first."""
+    dropped, only a hypothesis that met every term may end, and none of `word_continuations` may
+    follow a term's last token; the beam takes the candidates in turns over the banks (terms met,
+    then tokens into a term), best bank first. Terms that cannot all fit are left out, longest
+    first, until the others do."""
     model = Ensemble.of(model)
     src = src_row[None]
     encoded = model.encode(src)
     limit = int(output_limits(model.max_target_tokens, src, max_len_a, max_len_b, len(prefix))[0])
-    plain = _PlainTerms([tuple(tuple(a) for a in term) for term in terms])
-    if plain.needed(list(prefix)) > limit:
-        plain = _PlainTerms([])
+    kept = [tuple(tuple(a) for a in term) for term in terms]
+    while _PlainTerms(kept).needed(list(prefix)) > limit:
+        longest = max(range(len(kept)), key=lambda t: (min(len(a) for a in kept[t]), t))
+        del kept[longest]
+    plain = _PlainTerms(kept)
     beam = [(list(prefix), 0.0)]
     finished: list[Hypothesis] = []
     for step in range(limit + 1):
@@ -138,6 +149,9 @@ def reference_constrained_search(
             next_log_probs = model.next_log_probs(history, encoded, None, torch.tensor([step >= limit]), exact=False)[0]
             if not all(plain.met(tokens)):
                 next_log_probs[EOS_ID] = float("-inf")
+            if plain.just_met(tokens):
+                for token in word_continuations:
+                    next_log_probs[token] = float("-inf")
             totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs
             values = totals.tolist()
             extensions += [(total, origin, token) for token, total in enumerate(values)]

@@ -112,3 +112,41 @@ def test_the_tracker_follows_overlapping_starts():
     assert not tracker.complete(state) and tracker.needed(state) == 1
     assert tracker.complete(tracker.advance(state, 6))
     assert tracker.needed(tracker.advance(state, 7)) == 3  # broken off: the whole term again
+
+
+def test_two_terms_begun_by_one_token_need_room_for_both():
+    """After 5, the terms 5 6 and 5 7 need three more tokens (6 5 7), not two."""
+    tracker = TermTracker([((5, 6),), ((5, 7),)])
+    assert tracker.needed(tracker.start([5])) == 3
+    model = lively_model(0)
+    src = random_source(1, 3, lengths=[3])  # a limit of 2 * 1.0 + 2 = 4 tokens, 3 after the prefix
+    prefix = src.new_full((1, 1), 5)
+    terms = [[((5, 6),), ((5, 7),)]]
+    limits = dict(max_len_a=1.0, max_len_b=2)
+    found = constrained_beam_search(model, src, terms, 3, 0.6, n_best=3, prefix=prefix, **limits)
+    assert found[0] and all(_meets(h.tokens, terms[0]) for h in found[0])
+    _same(found[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 2, 3, (5,)))
+    # One token less: both cannot fit, and the longer-or-later one is left out; the other is met.
+    tight = constrained_beam_search(model, src, terms, 3, 0.6, n_best=3, prefix=prefix, max_len_a=1.0, max_len_b=1)
+    assert tight[0] and all(_holds(h.tokens, (5, 6)) for h in tight[0])
+    _same(tight[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 1, 3, (5,)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_word_continuation_follows_a_term(seed):
+    model = lively_model(seed)
+    src = random_source(4, 8, lengths=[8, 4, 6, 5])
+    continuations = frozenset(range(25, 50))  # as if these pieces glued onto the word before them
+    found = constrained_beam_search(model, src, TERMS, 4, 0.6, n_best=4, word_continuations=continuations, **SHORT)
+    for row, outputs in enumerate(found):
+        reference = reference_constrained_search(
+            model, unpadded(src, row), TERMS[row], 4, 0.6, 1.0, 6, 4, word_continuations=continuations
+        )
+        _same(outputs, reference)
+        for h in outputs:
+            assert _meets(h.tokens, TERMS[row])
+            for term in TERMS[row]:  # where the term was first met, the next token begins a word
+                met_at = min(
+                    i + len(a) for a in term for i in range(len(h.tokens)) if tuple(h.tokens[i : i + len(a)]) == a
+                )
+                assert met_at == len(h.tokens) or h.tokens[met_at] not in continuations

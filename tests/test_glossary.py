@@ -232,3 +232,99 @@ def test_on_a_random_model_terms_already_written_leave_its_translations_unchange
     absent = [[Term(sentence.split()[0], ("号号",))] for sentence in SENTENCES]
     forced = translate(loaded, SENTENCES, options, glossaries=absent)
     assert all("号号" in text for t in forced for text in t.texts)
+
+
+def _random_translator(seed: int, reverse: bool = False):
+    """translate_sentences over a random lively model with numbered_tokenizers (zh -> en when reversed)."""
+    from conftest import lively_model, numbered_tokenizers
+
+    from attn_cli.data.tokenizer import Tokenizers
+    from attn_cli.decoding.translate import translate_sentences
+
+    tokenizers = numbered_tokenizers()
+    if reverse:
+        tokenizers = Tokenizers(tokenizers.target, tokenizers.source)
+    vocab = tokenizers.source.vocab_size
+    model = lively_model(seed, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    languages = ("zh", "en") if reverse else ("en", "zh")
+
+    def translate(sentences, options, glossaries=None, max_source_tokens=60):
+        return translate_sentences(
+            model,
+            tokenizers,
+            sentences,
+            options,
+            max_source_tokens,
+            languages[1],
+            glossaries=glossaries,
+            source_language=languages[0],
+        )
+
+    return translate
+
+
+def test_an_n_best_list_stays_full_when_few_outputs_can_hold_the_terms():
+    from attn_cli.config import DecodeConfig
+
+    translate = _random_translator(0)
+    options = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=3)
+    found = translate(["sentence number 1", "number 7"], options, [[Term("number", ("号号号",))]] * 2)
+    for translation in found:
+        assert len(translation.texts) == 3 and "号号号" in translation.texts[0]
+
+
+def test_with_n_best_a_best_translation_that_holds_the_terms_stays_the_best():
+    from attn_cli.config import DecodeConfig
+
+    checked = 0
+    for seed in range(6):
+        translate = _random_translator(seed)
+        options = DecodeConfig(beam_size=4, n_best=3, max_len_b=6)
+        sentences = ["sentence number 0", "sentence number 12", "number 5"]
+        plain = translate(sentences, options)
+        glossaries = []
+        for translation in plain:
+            best = translation.texts[0]
+            # A piece of the best translation that one of the others lacks: the part is searched again.
+            piece = next(
+                (
+                    best[i : i + 2]
+                    for i in range(len(best) - 1)
+                    if not all(best[i : i + 2] in t for t in translation.texts)
+                ),
+                "",
+            )
+            glossaries.append([Term("number", (piece,))] if piece.strip() else [])
+        aided = translate(sentences, options, glossaries)
+        for before, after, terms in zip(plain, aided, glossaries):
+            if terms:
+                checked += 1
+                assert after.texts[0] == before.texts[0]
+                assert all(terms[0].targets[0] in text for text in after.texts)
+    assert checked >= 3
+
+
+def test_a_truncated_input_applies_only_the_terms_of_what_is_translated():
+    import dataclasses
+
+    from attn_cli.config import DecodeConfig
+
+    translate = _random_translator(1)
+    options = dataclasses.replace(DecodeConfig(beam_size=3, max_len_b=6), long_inputs="truncate")
+    sentence = "sentence sentence sentence sentence sentence sentence number 6"
+    plain = translate([sentence], options, max_source_tokens=4)
+    aided = translate([sentence], options, [[Term("6", ("号号",))]], max_source_tokens=4)
+    assert "truncated" in plain[0].note
+    assert aided[0].terms == [] and aided[0].texts == plain[0].texts
+
+
+def test_in_a_spaced_target_language_a_term_is_met_as_a_whole_word():
+    from attn_cli.config import DecodeConfig
+    from attn_cli.decoding.glossary import occurs
+
+    translate = _random_translator(2, reverse=True)
+    options = DecodeConfig(beam_size=4, n_best=2, max_len_b=8)
+    sentences = [f"句子{i}号" for i in range(12)]
+    found = translate(sentences, options, [[Term("号", ("number",))]] * len(sentences))
+    assert all(occurs(text, "number", "en") for translation in found for text in translation.texts)
+    assert not any(translation.unmet_terms for translation in found)

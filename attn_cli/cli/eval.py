@@ -76,13 +76,13 @@ def evaluate(
         from attn_cli.decoding.glossary import read_glossary
         from attn_cli.decoding.translate import require_beam_for_terms
 
-        terms = read_glossary(glossary)
-        if translator.exported:
+        terms = read_glossary(glossary)  # comments alone: no term to enforce, nor to count
+        if terms and translator.exported:
             tell(
                 "warning: --model decodes with CTranslate2, which has no constrained search: the glossary "
                 "is not applied, and term accuracy is that of the outputs as they are"
             )
-        else:
+        elif terms:
             require_beam_for_terms(translator.options)
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;
@@ -99,7 +99,7 @@ def evaluate(
         if not src.is_file():
             raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
     sources, references = read_parallel(src, ref)
-    constrained = terms is not None and not translator.exported
+    constrained = bool(terms) and not translator.exported
     translations = translator.translate_with_progress(
         sources, glossaries=[terms] * len(sources) if constrained else None
     )

@@ -20,9 +20,10 @@ first k in that order that do not end. With no terms there is one bank, and the 
 plain beam search of `attn_cli.decoding.beam`.
 
 A sentence whose terms cannot all fit within its length limit, counted from its prefix, is
-searched without them; one whose every hypothesis is ruled out on the way (by the output
-constraints, say, forbidding a term's tokens) returns no hypothesis. Terms are counted apart: two
-terms that could share tokens are still given room for both.
+searched without the longest of them until the others fit; one whose every hypothesis is ruled out
+on the way (by the output constraints, say, forbidding a term's tokens) returns no hypothesis.
+Terms are counted apart: two terms that could share tokens are still given room for both. In a
+language written with spaces, the token after a term may not glue onto its last word.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ TokenTerm = tuple[tuple[int, ...], ...]  # one term's alternatives, each a non-e
 class TermState:
     met: frozenset[int]  # the terms written, by index
     writing: tuple[tuple[int, int, int], ...]  # (term, alternative, tokens written of it) part way through
+    just_met: bool = False  # whether the last token ended a term
 
 
 class TermTracker:
@@ -88,21 +90,21 @@ class TermTracker:
                 else:
                     writing.append((term, number, written + 1))
             kept = tuple(sorted({entry for entry in writing if entry[0] not in met}))
-            self._advanced[key] = TermState(frozenset(met), kept)
+            self._advanced[key] = TermState(frozenset(met), kept, len(met) > len(state.met))
         return self._advanced[key]
 
     def complete(self, state: TermState) -> bool:
         return len(state.met) == len(self.terms)
 
     def needed(self, state: TermState) -> int:
-        """The fewest tokens that would meet every term not yet met, counting each term apart."""
-        total = 0
-        for term, shortest in enumerate(self.shortest):
-            if term in state.met:
-                continue
-            rest = [len(self.terms[t][number]) - written for t, number, written in state.writing if t == term]
-            total += min([shortest, *rest])
-        return total
+        """The fewest tokens that would meet every term not yet met, counting each term apart: the
+        unmet terms from scratch, or one term being written finished first (only one can go on:
+        the next token breaks off every other) and the rest from scratch."""
+        from_scratch = sum(shortest for term, shortest in enumerate(self.shortest) if term not in state.met)
+        going_on = [
+            len(self.terms[term][number]) - written - self.shortest[term] for term, number, written in state.writing
+        ]
+        return from_scratch + min([0, *going_on])
 
     def next_tokens(self, state: TermState) -> set[int]:
         """The tokens that advance a term: the next of each one being written, the first of each unmet one."""
@@ -130,32 +132,42 @@ def constrained_beam_search(
     prefix: Optional[torch.Tensor] = None,
     no_repeat_ngram: int = 0,
     constraints: Sequence[OutputConstraint] = (),
+    word_continuations: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """`beam_search` (same arguments) where every output of row b of `src` holds each of `terms[b]`.
-    A row whose every hypothesis was ruled out gets an empty list."""
+    A row whose every hypothesis was ruled out gets an empty list. `word_continuations` are the
+    tokens that would glue onto the word before them (in a language written with spaces, pieces
+    that do not begin a word): none may follow a term's last token, so "cat" is not met by "cats"."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
     if len(terms) != src.shape[0]:
         raise ValueError(f"{len(terms)} term lists for {src.shape[0]} sentences; give one per sentence")
     ensemble = Ensemble.of(model)
     prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
-    search = BankedBeamState(ensemble, src, beam_size, alpha, limits, prefix, terms)
+    search = BankedBeamState(ensemble, src, beam_size, alpha, limits, prefix, terms, word_continuations)
     return run_beam(search, ensemble, n_best, no_repeat_ngram=no_repeat_ngram, constraints=constraints)
 
 
 class BankedBeamState(BeamState):
     """A `BeamState` that chooses each next beam by dynamic beam allocation over the terms' banks."""
 
-    def __init__(self, ensemble, src, beam_size, alpha, limits, prefix, terms: Sequence[Sequence[TokenTerm]]):
+    def __init__(
+        self,
+        ensemble,
+        src,
+        beam_size,
+        alpha,
+        limits,
+        prefix,
+        terms: Sequence[Sequence[TokenTerm]],
+        word_continuations: Sequence[int] = (),
+    ):
         super().__init__(ensemble, src, beam_size, alpha, limits, prefix)
+        self.word_continuations = torch.tensor(sorted(word_continuations), dtype=torch.long, device=src.device)
         self.trackers: list[TermTracker] = []  # per live sentence
         self.states: list[TermState] = []  # per live hypothesis, rows as in `history`
         for row, (sentence_terms, limit) in enumerate(zip(terms, limits.tolist())):
-            tracker = TermTracker(sentence_terms)
-            start = tracker.start(prefix[row].tolist())
-            if tracker.needed(start) > limit:  # the terms cannot all fit: searched without them
-                tracker = TermTracker(())
-                start = tracker.start(())
+            tracker, start = _fitting(sentence_terms, prefix[row].tolist(), limit)
             self.trackers.append(tracker)
             self.states += [start] * beam_size
 
@@ -166,6 +178,10 @@ class BankedBeamState(BeamState):
         unfinished = [row for row, state in enumerate(self.states) if not self.trackers[row // k].complete(state)]
         if unfinished:
             log_probs[unfinished, EOS_ID] = float("-inf")
+        # A term just written ends its word.
+        ended = [row for row, state in enumerate(self.states) if state.just_met]
+        if ended and self.word_continuations.numel():
+            log_probs[torch.tensor(ended, device=log_probs.device)[:, None], self.word_continuations] = float("-inf")
         row_scores = self.scores.view(-1)
         candidates = (row_scores[:, None] + log_probs).view(live, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=1)
@@ -224,6 +240,19 @@ class BankedBeamState(BeamState):
         k = self.k
         self.trackers = [self.trackers[i] for i in kept.tolist()]
         self.states = [state for i in kept.tolist() for state in self.states[i * k : (i + 1) * k]]
+
+
+def _fitting(terms: Sequence[TokenTerm], prefix: list[int], limit: int) -> tuple[TermTracker, TermState]:
+    """The tracker of the sentence's terms that fit within its limit, and its start after the
+    prefix: while they do not fit, the longest term is left out (to be named unmet afterwards)."""
+    kept = list(terms)
+    while True:
+        tracker = TermTracker(kept)
+        start = tracker.start(prefix)
+        if tracker.needed(start) <= limit:
+            return tracker, start
+        longest = max(range(len(kept)), key=lambda t: (tracker.shortest[t], t))
+        del kept[longest]
 
 
 def _in_turns(banked: list) -> list:

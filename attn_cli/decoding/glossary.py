@@ -14,6 +14,7 @@ output by the same rule, in the target language.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,8 @@ class Term:
 
 def read_glossary(path: str | Path) -> list[Term]:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # lines end at \n alone, as input files are read (a U+2028 inside a term is not a line end)
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8-sig").split("\n")]
     except (OSError, UnicodeDecodeError) as error:
         raise GlossaryError(f"cannot read the glossary {path}: {error}") from None
     rows = []
@@ -95,19 +96,50 @@ def combined(general: Sequence[Term], particular: Sequence[Term]) -> list[Term]:
 def token_alternatives(term: Term, tokenizer: Tokenizer, target_language: str) -> tuple[tuple[int, ...], ...]:
     """The token sequences that write the term's target side, for a search to place: each target as
     the tokenizer encodes it alone (a word that begins the output or follows a space) and, in a
-    language written without spaces, also as it is written inside a sentence, with no mark of a word
-    start. A target with a character the vocabulary lacks cannot be written and is left out."""
+    language written without spaces, also as it is written inside a sentence, with no mark of a
+    word start (the longest pieces that do not begin a word, bytes where none fits). A target with
+    a character the vocabulary cannot write is left out."""
     found: list[tuple[int, ...]] = []
-    for pieces in tokenizer.encode_pieces(list(term.targets)):
-        forms = [pieces]
-        if languages.is_unspaced(target_language) and pieces and pieces[0].startswith("▁"):
-            inside = pieces[1:] if pieces[0] == "▁" else [pieces[0][1:], *pieces[1:]]
-            forms.append(inside)
-        for form in forms:
-            ids = tuple(tokenizer.piece_to_id(piece) for piece in form)
-            if ids and UNK_ID not in ids and ids not in found:
-                found.append(ids)
+    unspaced = languages.is_unspaced(target_language)
+    for target, pieces in zip(term.targets, tokenizer.encode_pieces(list(term.targets))):
+        forms = [tuple(tokenizer.piece_to_id(piece) for piece in pieces)]
+        if unspaced:
+            forms.append(_inside_a_word(target, tokenizer))
+        found += [ids for ids in forms if ids and UNK_ID not in ids and ids not in found]
     return tuple(found)
+
+
+def _inside_a_word(text: str, tokenizer: Tokenizer) -> tuple[int, ...]:
+    """`text` in pieces that do not begin a word, longest first; a character no such piece holds
+    in its byte pieces, or <unk> when the tokenizer has none."""
+    pieces = _inner_pieces(tokenizer)
+    longest = max(map(len, pieces), default=1)
+    ids, at = [], 0
+    while at < len(text):
+        size = next((n for n in range(min(longest, len(text) - at), 0, -1) if text[at : at + n] in pieces), 0)
+        if size:
+            ids.append(pieces[text[at : at + size]])
+            at += size
+            continue
+        ids += [tokenizer.piece_to_id(f"<0x{byte:02X}>") for byte in text[at].encode("utf-8")]
+        at += 1
+    return tuple(ids)
+
+
+@functools.lru_cache(maxsize=8)
+def _inner_pieces(tokenizer: Tokenizer) -> dict[str, int]:
+    """The id of each piece that does not begin a word, by its text (built once per tokenizer)."""
+    return {text: i for i, text in enumerate(tokenizer.piece_texts()) if text and not text.startswith(" ")}
+
+
+@functools.lru_cache(maxsize=8)
+def word_continuations(tokenizer: Tokenizer, target_language: str) -> frozenset[int]:
+    """In a language written with spaces, the pieces that would glue onto the word before them
+    (no word-start mark, a letter or digit first): none may follow a term, so that "cat" is not
+    met by "cats". None in a language written without spaces."""
+    if languages.is_unspaced(target_language):
+        return frozenset()
+    return frozenset(i for i, text in enumerate(tokenizer.piece_texts()) if text and text[0].isalnum())
 
 
 def _spans(text: str, phrase: str, language: str) -> list[tuple[int, int]]:

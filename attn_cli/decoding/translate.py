@@ -48,7 +48,7 @@ class Translation:
     prefix: str = ""  # the target text every translation was forced to begin with
     terms: list[str] = field(default_factory=list)  # the glossary's source terms that applied
     unmet_terms: list[str] = field(default_factory=list)  # of them, those the best translation lacks
-    # The best translation of the search without the glossary (the same as texts[0] when it held every term).
+    # The best translation of the search without the glossary: what the input gives with no glossary.
     unconstrained: str = ""
 
 
@@ -60,18 +60,19 @@ def decode_batch(
     prefixes: Optional[Sequence[Sequence[int]]] = None,
     constraints: Sequence[OutputConstraint] = (),
     terms: Optional[Sequence[Sequence[TokenTerm]]] = None,
+    word_continuations: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """The configured search over one batch (B, S): sampling, greedy (beam 1) or beam search, each
     row's output forced to begin with its `prefixes` ids (none: no prefix). With `terms`, one list
-    per row, the beam search is constrained to write each row's terms (decoding/constrained.py); a
-    row it could not place them in gets no hypothesis.
+    per row, the beam search is constrained to write each row's terms (decoding/constrained.py,
+    where `word_continuations` is explained); a row it could not place them in gets no hypothesis.
 
     Rows whose prefixes differ in length are searched apart, one group per length: a search fills
     the cache with BOS and the prefix in one call and then moves every row one position per step,
     so its rows must stand at the same position. A group is exactly what its rows would be alone.
     `constraints` (see `output_constraints`) rule out tokens at every step of the search."""
     if prefixes is None or not any(prefixes):
-        return _search(model, src, options, generator, None, constraints, terms)
+        return _search(model, src, options, generator, None, constraints, terms, word_continuations)
     results: list[list[Hypothesis]] = [[] for _ in prefixes]
     by_length = sorted(range(len(prefixes)), key=lambda row: len(prefixes[row]))
     for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
@@ -80,7 +81,16 @@ def decode_batch(
         group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
         prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
         group_terms = None if terms is None else [terms[row] for row in rows]
-        found = _search(model, group_src, options, generator, prefix.view(len(rows), length), constraints, group_terms)
+        found = _search(
+            model,
+            group_src,
+            options,
+            generator,
+            prefix.view(len(rows), length),
+            constraints,
+            group_terms,
+            word_continuations,
+        )
         for row, hypotheses in zip(rows, found):
             results[row] = hypotheses
     return results
@@ -94,6 +104,7 @@ def _search(
     prefix: Optional[torch.Tensor],
     constraints: Sequence[OutputConstraint] = (),
     terms: Optional[Sequence[Sequence[TokenTerm]]] = None,
+    word_continuations: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     if terms is not None:
         require_beam_for_terms(options)
@@ -109,6 +120,7 @@ def _search(
             prefix=prefix,
             no_repeat_ngram=options.no_repeat_ngram,
             constraints=constraints,
+            word_continuations=word_continuations,
         )
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
@@ -243,8 +255,10 @@ def translate_sentences(
         if with_glossary:
             require_beam_for_terms(options)
 
+        continuations = glossary.word_continuations(tokenizers.target, target_language) if with_glossary else ()
+
         def search(src, prefixes=None, terms=None):
-            return decode_batch(model, src, options, generator, prefixes, constraints, terms)
+            return decode_batch(model, src, options, generator, prefixes, constraints, terms, continuations)
     elif any(prefix_ids) or with_glossary:
         raise ValueError("prefixes and glossaries need attn's own search; an exported model's `search` takes neither")
     else:
@@ -267,7 +281,14 @@ def translate_sentences(
     owners = [owner for owner, _, _, _ in owned]
     examples = [Example(index, part, []) for index, (_, _, part, _) in enumerate(owned)]
     example_prefixes = [prefix for _, _, _, prefix in owned]
-    progress = _Progress(on_batch, len(examples))
+    part_terms: list[list[glossary.Term]] = [[] for _ in examples]
+    if with_glossary:
+        for index, (owner, number, _, _) in enumerate(owned):
+            whole = len(plain_parts[owner]) == 1 and len(plain_parts[owner][0]) == len(plain[owner])
+            text = sentences[owner] if whole else tokenizers.source.decode([plain_parts[owner][number]])[0]
+            part_terms[index] = glossary.applicable_terms(text, glossaries[owner], source_language)
+    # The total counts every part with a term twice, until the first search says which need another.
+    progress = _Progress(on_batch, len(examples) + sum(map(bool, part_terms)))
 
     def decode(batch):
         batch_prefixes = [example_prefixes[index] for index in batch.indices]
@@ -275,38 +296,28 @@ def translate_sentences(
 
     outputs = _decode_examples(examples, options.max_tokens, device, decode, progress)
     first_outputs = list(outputs)
-    part_terms: list[list[glossary.Term]] = [[] for _ in examples]
-    if with_glossary:
-        for index, (owner, number, _, _) in enumerate(owned):
-            text = (
-                sentences[owner]
-                if len(plain_parts[owner]) == 1
-                else tokenizers.source.decode([plain_parts[owner][number]])[0]
+    again = [
+        index
+        for index, terms in enumerate(part_terms)
+        if terms and not all(_holds_terms(text, terms, target_language) for text in _texts(outputs[index], tokenizers))
+    ]
+    progress.total = len(examples) + len(again)
+    if again:
+        found = _search_with_terms(
+            [examples[index] for index in again],
+            [example_prefixes[i] for i in again],
+            [part_terms[i] for i in again],
+            search,
+            tokenizers,
+            target_language,
+            options.max_tokens,
+            device,
+            progress,
+        )
+        for index, hypotheses in zip(again, found):
+            outputs[index] = _with_terms_first(
+                outputs[index], hypotheses, part_terms[index], tokenizers, target_language, options.n_best
             )
-            part_terms[index] = glossary.applicable_terms(text, glossaries[owner], source_language)
-        again = [
-            index
-            for index, terms in enumerate(part_terms)
-            if terms
-            and not all(_holds_terms(text, terms, target_language) for text in _texts(outputs[index], tokenizers))
-        ]
-        if again:
-            progress.total += len(again)
-            redo = [examples[index] for index in again]
-            found = _search_with_terms(
-                redo,
-                [example_prefixes[i] for i in again],
-                [part_terms[i] for i in again],
-                search,
-                tokenizers,
-                target_language,
-                options.max_tokens,
-                device,
-                progress,
-            )
-            for index, hypotheses in zip(again, found):
-                if hypotheses:  # none: the terms could not be placed, and the first output stays
-                    outputs[index] = hypotheses
 
     per_input: list[list[list[Hypothesis]]] = [[] for _ in sentences]
     first_per_input: list[list[Hypothesis]] = [[] for _ in sentences]
@@ -385,6 +396,27 @@ def _search_with_terms(
         return search(batch.src, [prefixes[n] for n in batch.indices], [token_terms[n] for n in batch.indices])
 
     return _decode_examples(numbered, max_tokens, device, decode, progress)
+
+
+def _with_terms_first(
+    first: list[Hypothesis],
+    again: list[Hypothesis],
+    terms: Sequence[glossary.Term],
+    tokenizers: Tokenizers,
+    target_language: str,
+    n_best: int,
+) -> list[Hypothesis]:
+    """A part's n-best from its two searches: the first search's best when it holds every term
+    (a best translation that follows the glossary stays the best), then every other output that
+    holds them, best score first, then, only to fill the list, the outputs that lack some."""
+    unique = {tuple(h.tokens): h for h in [*again, *first]}  # an output both found: the first search's
+    ranked = sorted(unique.values(), key=lambda h: h.score, reverse=True)
+    holds = [_holds_terms(text, terms, target_language) for text in _texts(ranked, tokenizers)]
+    holding = [h for h, ok in zip(ranked, holds) if ok]
+    lacking = [h for h, ok in zip(ranked, holds) if not ok]
+    if first and any(h is first[0] for h in holding):
+        holding = [first[0], *(h for h in holding if h is not first[0])]
+    return (holding + lacking)[:n_best]
 
 
 def _note_terms(translation: Translation, terms: Sequence[glossary.Term], target_language: str) -> None:
