@@ -15,6 +15,15 @@ from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, output_limi
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
+def _done(beam, finished: list[Hypothesis], beam_size: int, alpha: float, step: int, limit: int) -> bool:
+    """No live hypothesis left, or none that can still beat the k-th best finished one."""
+    if not beam:
+        return True
+    best = max(log_prob for _, log_prob in beam)
+    best_possible = max(best / length_penalty(step + 2, alpha), best / length_penalty(limit + 1, alpha))
+    return len(finished) == beam_size and finished[-1].score >= best_possible
+
+
 @torch.no_grad()
 def reference_beam_search(
     model,
@@ -51,11 +60,7 @@ def reference_beam_search(
                 finished.append(Hypothesis(tokens, total, total / length_penalty(step + 1, alpha)))
         finished = sorted(finished, key=lambda h: h.score, reverse=True)[:beam_size]
         beam = [(tokens + [token], total) for total, tokens, token in candidates if token != EOS_ID][:beam_size]
-        if not beam:
-            break
-        best = max(log_prob for _, log_prob in beam)
-        best_possible = max(best / length_penalty(step + 2, alpha), best / length_penalty(limit + 1, alpha))
-        if len(finished) == beam_size and finished[-1].score >= best_possible:
+        if _done(beam, finished, beam_size, alpha, step, limit):
             break
     return finished[:n_best]
 
@@ -181,10 +186,6 @@ def reference_constrained_search(
                 finished.append(Hypothesis(beam[origin][0], total, total / length_penalty(step + 1, alpha)))
         finished = sorted(finished, key=lambda h: h.score, reverse=True)[:beam_size]
         beam = [(beam[origin][0] + [token], total) for _, total, origin, token in order if token != EOS_ID][:beam_size]
-        if not beam:
-            break
-        best = max(log_prob for _, log_prob in beam)
-        best_possible = max(best / length_penalty(step + 2, alpha), best / length_penalty(limit + 1, alpha))
-        if len(finished) == beam_size and finished[-1].score >= best_possible:
+        if _done(beam, finished, beam_size, alpha, step, limit):
             break
     return finished[:n_best]

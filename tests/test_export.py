@@ -163,6 +163,12 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
     assert (
         refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr
     )
+    (tmp_path / "terms.tsv").write_text("Tom\t汤姆\n", encoding="utf-8")
+    refused = runner.invoke(
+        app, ["translate", "--model", str(exported), "--glossary", str(tmp_path / "terms.tsv"), "Tom."]
+    )
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
+    assert "a glossary needs a checkpoint" in refused.stderr
     int8 = runner.invoke(
         app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output", str(tmp_path / "int8")]
     )

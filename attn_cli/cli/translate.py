@@ -182,12 +182,7 @@ def translate(
     terms = read_glossary(glossary) if glossary is not None else []  # before loading: a bad line fails at once
     loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
     translator = Translator(loaded, decode_options(loaded.config.decode, decode_flags))
-    if terms:
-        if translator.exported:
-            raise UserError(
-                "--glossary needs a checkpoint: attn places terms in its own constrained search, which "
-                "CTranslate2 has not; use --run or --checkpoint instead of --model"
-            )
+    if terms and not translator.exported:  # at once, before any input is read (--model refuses a glossary itself)
         require_beam_for_terms(translator.options)
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
     if inspection.wanted and translator.exported:

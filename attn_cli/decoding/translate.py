@@ -106,22 +106,11 @@ def _search(
     terms: Optional[Sequence[Sequence[TokenTerm]]] = None,
     word_continuations: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
+    beam = (options.beam_size, options.length_penalty, options.max_len_a, options.max_len_b, options.n_best)
+    rules = dict(prefix=prefix, no_repeat_ngram=options.no_repeat_ngram, constraints=constraints)
     if terms is not None:
         require_beam_for_terms(options)
-        return constrained_beam_search(
-            model,
-            src,
-            terms,
-            options.beam_size,
-            options.length_penalty,
-            options.max_len_a,
-            options.max_len_b,
-            options.n_best,
-            prefix=prefix,
-            no_repeat_ngram=options.no_repeat_ngram,
-            constraints=constraints,
-            word_continuations=word_continuations,
-        )
+        return constrained_beam_search(model, src, terms, *beam, **rules, word_continuations=word_continuations)
     if options.sample:
         choose = sampler(options.temperature, options.top_k, options.top_p, generator)
         samples = greedy_search(
@@ -148,24 +137,18 @@ def _search(
             no_repeat_ngram=options.no_repeat_ngram,
             constraints=constraints,
         )
-    return beam_search(
-        model,
-        src,
-        options.beam_size,
-        options.length_penalty,
-        options.max_len_a,
-        options.max_len_b,
-        options.n_best,
-        prefix=prefix,
-        no_repeat_ngram=options.no_repeat_ngram,
-        constraints=constraints,
-    )
+    return beam_search(model, src, *beam, **rules)
+
+
+def places_terms(options: DecodeConfig) -> bool:
+    """Whether the configured search can place a glossary's terms: the beam search alone can, for
+    greedy search and sampling keep one hypothesis a step, with no room for one writing a term."""
+    return not options.sample and options.beam_size >= 2
 
 
 def require_beam_for_terms(options: DecodeConfig) -> None:
-    """Terms are placed by the beam search alone: greedy search and sampling keep one hypothesis a
-    step, with no room for one that is writing a term."""
-    if options.sample or options.beam_size < 2:
+    """A UserError, in the command line's words, when the configured search cannot place terms."""
+    if not places_terms(options):
         how = "sampling" if options.sample else "greedy search (beam 1)"
         raise UserError(
             f"a glossary needs beam search, and {how} cannot place terms; use --beam 2 or more (5 is usual)"

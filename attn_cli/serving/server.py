@@ -16,6 +16,7 @@ from typing import Any, Optional
 from attn_cli.config import ConfigError, DecodeConfig
 from attn_cli.decoding.glossary import Term
 from attn_cli.decoding.options import field_names, override_decode
+from attn_cli.decoding.translate import places_terms
 from attn_cli.errors import UserError
 from attn_cli.serving.batcher import Batcher, JobResult, QueueFull
 from attn_cli.serving.models import RequestError, ServedModel, ServedModels
@@ -129,7 +130,7 @@ class Server:
                     f"glossary: the {model.name} model is served by {model.backend}, which has no constrained "
                     f"search; serve a checkpoint (--run or --checkpoint) to use a glossary"
                 )
-            if options.sample or options.beam_size < 2:  # as require_beam_for_terms, in the request's words
+            if not places_terms(options):
                 raise RequestError(
                     "glossary: terms are placed by beam search only; set beam_size to 2 or more and sample to false"
                 )
