@@ -96,11 +96,18 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Texts of id sequences, padding, BOS and EOS left out. An unknown piece stays visible, as
-        SentencePiece writes it (" ⁇ "): a word the vocabulary lacks must not vanish from an output."""
+        SentencePiece writes it (" ⁇ "): a word the vocabulary lacks must not vanish from an output.
+
+        With a vocabulary of its own (an imported Marian model), an id may name a piece this
+        SentencePiece model lacks: vocab.json joins the pieces of the source side to the target's,
+        and a model writes them too (a name copied into a Chinese output). SentencePiece writes such
+        a piece as it is, ▁ and all ("我们▁quit"); Transformers' MarianTokenizer makes every ▁ left a
+        space and trims the text's ends ("我们 quit"), and so does this."""
         kept = [[i for i in seq if i == UNK_ID or i > EOS_ID] for seq in ids]
         if self.vocabulary is None:
             return self._sp.decode(kept)
-        return [self._sp.decode_pieces([self.vocabulary[i] for i in seq]) for seq in kept]
+        texts = (self._sp.decode_pieces([self.vocabulary[i] for i in seq]) for seq in kept)
+        return [text.replace("▁", " ").strip() for text in texts]
 
     def piece_to_id(self, piece: str) -> int:
         return self._sp.piece_to_id(piece) if self.vocabulary is None else self._ids.get(piece, UNK_ID)
