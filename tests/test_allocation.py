@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import numbered_tokenizers
+from support.runs import numbered_tokenizers
 
 from attn_cli import device as allocation
 from attn_cli.config import Config, CorpusConfig, DataConfig, ModelConfig

@@ -9,13 +9,14 @@ import sys
 import zipfile
 
 import pytest
-from conftest import checkpoint_parts, train_tiny
+from support.runs import checkpoint_parts, train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 from attn_cli.export.argos import argos_code, language_name
 
 pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.slow  # installs a package with Argos Translate and translates with it
 
 # What Argos Translate searches with (argostranslate/translate.py): beam 4, at most 256 tokens,
 # CTranslate2's length penalty 0.2 (log P / length^0.2), and attn's nearest (GNMT with 0.2).

@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 import torch
-from conftest import random_source, small_model
 from rich.console import Console
+from support.models import random_source, small_model
 
 from attn_cli.decoding.attention_view import (
     KINDS,

@@ -1,7 +1,8 @@
 """Averaging checkpoints gives the elementwise mean of their weights."""
 
 import torch
-from conftest import checkpoint_parts, small_model
+from support.models import small_model
+from support.runs import checkpoint_parts
 
 from attn_cli.checkpoint import average_checkpoints, average_state_dicts, load_checkpoint, save_checkpoint
 from attn_cli.paths import RunPaths

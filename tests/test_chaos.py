@@ -1,51 +1,44 @@
-"""scripts/chaos.py, small enough for every test run: three kill -9 trials, the planted checkpoints
-for every command that loads one, two trainings at once and a full disk report no failure."""
+"""The chaos trials (tests/support/chaos.py), each part a test: kill -9 at random moments and resume,
+checkpoints with planted code for every command that loads one, two trainings at once, and a full
+disk. Every part compares with one uninterrupted reference run of the tiny config.
 
-import json
-import subprocess
-import sys
+ATTN_CHAOS_TRIALS (default 3) and ATTN_CHAOS_SEED (default 0) set the kill trials; a longer
+campaign with a table and JSON: `python3 tests/support/chaos.py --trials 20`."""
 
-from conftest import REPO
+from __future__ import annotations
+
+import os
+
+import pytest
+from support import chaos
+
+# 60 steps: six validations, so that a kill during a save has saves to land in, in a run of seconds.
+STEPS = 60
+pytestmark = pytest.mark.slow
 
 
-def test_kill_trials_planted_checkpoints_two_trainings_at_once_and_a_full_disk_report_no_failure(tmp_path):
-    report = tmp_path / "chaos.json"
-    # 60 steps: six validations, so that a kill during a save has saves to land in, in a run of seconds.
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "chaos.py"),
-            "--trials",
-            "3",
-            "--steps",
-            "60",
-            "--parts",
-            "trials",
-            "planted",
-            "concurrent",
-            "disk-full",
-            "--workdir",
-            str(tmp_path / "runs"),
-            "--json",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads(report.read_text())
-    summary = results["summary"]
-    assert summary["failures"] == 0, done.stdout
-    assert summary["trials"] == 3 and summary["exact_resumes"] == 3, done.stdout
-    assert (summary["unloadable_files"], summary["unparseable_metrics_lines"], summary["lost_metrics_lines"]) == (
-        0,
-        0,
-        0,
-    )
-    assert any(trial["moment"].startswith("saving") for trial in results["trials"]), "one trial kills during a save"
-    commands = {case["command"] for case in results["planted"]}
-    assert commands == {
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("chaos")
+    return workdir, chaos.train_reference(workdir, STEPS)
+
+
+def test_a_run_killed_at_random_moments_resumes_to_the_uninterrupted_run_bitwise(reference):
+    workdir, run = reference
+    trials = int(os.environ.get("ATTN_CHAOS_TRIALS", "3"))
+    results = chaos.run_trials(trials, int(os.environ.get("ATTN_CHAOS_SEED", "0")), workdir, run, STEPS)
+    assert len(results) == trials
+    for trial in results:
+        assert not trial.problems, f"trial {trial.number} ({trial.moment}, landed {trial.landed}): {trial.problems}"
+        assert (trial.unloadable, trial.unparseable, trial.lost_lines) == (0, 0, 0)
+        assert trial.exact
+    assert any(trial.moment.startswith("saving") for trial in results), "one trial kills during a save"
+
+
+def test_a_checkpoint_with_planted_code_is_refused_by_every_command_that_loads_one(reference):
+    workdir, run = reference
+    results = chaos.planted_checks(workdir, run, STEPS)
+    assert {case.command for case in results} == {
         "translate --checkpoint",
         "translate --run",
         "eval --checkpoint",
@@ -53,9 +46,26 @@ def test_kill_trials_planted_checkpoints_two_trainings_at_once_and_a_full_disk_r
         "average --run",
         "train --resume",
     }
-    assert summary["planted_refused"] == summary["planted_cases"] == 12 and summary["planted_code_ran"] == 0
-    assert summary["concurrent_ok"] and sorted(results["concurrent"]["exits"]) == [0, 2]
-    # Where the machine lets a tmpfs be mounted every case must pass; elsewhere those are skipped,
-    # saying why, and the full device (stdout on /dev/full) is still tried.
-    assert summary["disk_full_ok"] + summary["disk_full_skipped"] == summary["disk_full_cases"] > 0
-    assert summary["disk_full_ok"] >= 1, "no full-disk case ran"
+    assert len(results) == 12  # each command: the whole file planted, and code hidden inside a valid one
+    for case in results:
+        assert not case.problems, f"{case.command}, {case.planted}: {case.problems}"
+        assert not case.code_ran and case.returncode != 0
+
+
+def test_two_trainings_into_one_run_directory_one_trains_the_other_is_refused(reference):
+    workdir, run = reference
+    result = chaos.concurrent_check(workdir, run, STEPS)
+    assert not result.problems, result.problems
+    assert sorted(result.exits) == [0, 2]
+
+
+def test_a_full_disk_ends_in_one_line_and_leaves_nothing_half_written(reference):
+    workdir, run = reference
+    results = chaos.disk_full_checks(workdir, run, STEPS)
+    assert results
+    ran = [case for case in results if not chaos.skipped(case)]
+    # Where the machine lets a tmpfs be mounted every case runs; elsewhere those are skipped, saying
+    # why, and the full device (stdout on /dev/full) is still tried.
+    assert ran, "no full-disk case ran"
+    for case in ran:
+        assert not case.problems, f"{case.case}: {case.problems}"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import train_tiny
+from support.runs import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
@@ -212,10 +212,21 @@ def test_jsonl_and_n_best_text_output_agree(varied_checkpoint):
     ]
     assert [record["source"] for record in records] == SENTENCES
     for record in records:
-        assert "note" not in record
-        hypotheses = record["translations"]
-        assert len(hypotheses) == 2 and all(set(h) == {"text", "score", "tokens"} for h in hypotheses)
-        assert all(isinstance(h["text"], str) and isinstance(h["score"], float) and h["score"] < 0 for h in hypotheses)
+        assert record["notes"] == []
+        hypotheses = record["n_best"]
+        assert len(hypotheses) == 2 and all(
+            set(h) == {"translation", "score", "confidence", "tokens"} for h in hypotheses
+        )
+        assert all(
+            isinstance(h["translation"], str) and isinstance(h["score"], float) and h["score"] < 0 for h in hypotheses
+        )
+        assert all(0 < h["confidence"] <= 1 for h in hypotheses)
+        best = hypotheses[0]
+        assert (record["translation"], record["score"], record["confidence"]) == (
+            best["translation"],
+            best["score"],
+            best["confidence"],
+        )
         assert all(h["tokens"] and all(isinstance(t, str) for t in h["tokens"]) for h in hypotheses)
         assert hypotheses[0]["score"] >= hypotheses[1]["score"]
         assert hypotheses[0]["tokens"] != hypotheses[1]["tokens"]
@@ -224,12 +235,12 @@ def test_jsonl_and_n_best_text_output_agree(varied_checkpoint):
     lines = translate_ok(varied_checkpoint, "--beam", "3", "--n-best", "2", *SENTENCES).stdout.splitlines()
     rows = [line.split("\t", 2) for line in lines]
     assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 2]
-    expected = [(h["score"], h["text"]) for record in records for h in record["translations"]]
+    expected = [(h["score"], h["translation"]) for record in records for h in record["n_best"]]
     assert [(float(score), text) for _, score, text in rows] == expected
 
     # the best of an n-best list is what one translation per input gives
     plain = translate_ok(varied_checkpoint, "--beam", "3", *SENTENCES).stdout.splitlines()
-    assert plain == [record["translations"][0]["text"] for record in records]
+    assert plain == [record["translation"] for record in records]
 
 
 def test_stdin_gives_a_line_per_input_line_like_arguments(varied_checkpoint):
@@ -252,7 +263,7 @@ def test_sampling_draws_n_best_samples_beyond_the_beam_repeatably(varied_checkpo
     args = ("--sample", "--n-best", "4", "--beam", "2", "--seed", "3", "--format", "jsonl", "Hello.")
     first = translate_ok(varied_checkpoint, *args).stdout
     assert first == translate_ok(varied_checkpoint, *args).stdout
-    scores = [h["score"] for h in json.loads(first)["translations"]]
+    scores = [h["score"] for h in json.loads(first)["n_best"]]
     assert len(scores) == 4 and scores == sorted(scores, reverse=True)
 
 
@@ -273,7 +284,7 @@ def test_attention_out_matches_the_translation_tokens(varied_checkpoint, tmp_pat
     (record,) = [json.loads(line) for line in result.stdout.splitlines()]  # the "written to" note is on stderr
     assert f"attention weights written to {out}" in result.stderr
     saved = json.loads(out.read_text())
-    tokens = record["translations"][0]["tokens"]
+    tokens = record["n_best"][0]["tokens"]
     assert saved["source_tokens"] == loaded.tokenizers.source.encode_pieces([SENTENCES[0]])[0] + ["</s>"]
     assert saved["output_tokens"] == tokens + ["</s>"] and saved["decoder_input_tokens"] == ["<s>"] + tokens
     cross = torch_tensor(saved["cross"])
@@ -315,7 +326,7 @@ def test_show_attention_draws_on_stderr_and_leaves_stdout_alone(varied_checkpoin
         json.loads(line)
         for line in translate_ok(varied_checkpoint, "--format", "jsonl", SENTENCES[1]).stdout.splitlines()
     ]
-    assert [row.split()[0] for row in rows] == record["translations"][0]["tokens"] + ["</s>"]
+    assert [row.split()[0] for row in rows] == record["n_best"][0]["tokens"] + ["</s>"]
     assert all(len(row.split()) == len(source) + 2 for row in rows)
     one_head = translate_ok(varied_checkpoint, "--show-attention", "--attention-head", "2", SENTENCES[1])
     assert "cross-attention, decoder layer 0 of 1, head 2" in one_head.stderr
@@ -377,9 +388,9 @@ def test_translate_with_a_prefix_begins_every_translation_with_it(varied_checkpo
         ("Hello.", "你好"),
         ("Where is the station?", "我"),
     ]
-    assert records[0]["translations"][0]["text"].startswith("你好")
+    assert records[0]["translation"].startswith("你好")
     piped = translate_ok(varied_checkpoint, "--input-format", "jsonl", "--prefix", "我", input=source.read_text())
-    assert piped.stdout.splitlines() == [record["translations"][0]["text"] for record in records]
+    assert piped.stdout.splitlines() == [record["translation"] for record in records]
 
     source.write_text('{"source": "Hello."}\nHello.\n')
     bad = invoke("translate", "--checkpoint", str(varied_checkpoint), "--input-format", "jsonl", "--input", str(source))
@@ -454,7 +465,8 @@ def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, 
     [
         (
             ["--show-attention"],
-            "--show-attention and --attention-out show one model's attention, not an ensemble's of 2",
+            "--show-attention/--attention-out: an ensemble of 2 checkpoints gives no one model's attention weights; "
+            "give one --run or --checkpoint",
         ),
         (["--model", "exported"], "--model and --checkpoint each name a model"),
     ],

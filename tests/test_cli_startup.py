@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import typer
-from conftest import REPO
+from support.runs import REPO
 from typer.testing import CliRunner
 
 import attn_cli
@@ -109,3 +109,16 @@ def test_a_missing_checkpoint_is_one_line_from_the_real_command(tmp_path):
     result = CliRunner().invoke(app, ["translate", "--checkpoint", str(missing), "Hello."])
     assert result.exit_code == 2, result.output
     assert result.output == f"error: checkpoint not found: {missing}\n"
+
+
+def test_the_translation_pipeline_and_the_ctranslate2_engine_import_no_torch():
+    """`attn translate --model EXPORT` decodes with CTranslate2 alone: the records, the pipeline's
+    stages, the input and output formats and that engine must not bring torch in."""
+    modules = [
+        "attn_cli.decoding.pipeline",
+        "attn_cli.decoding.io",
+        "attn_cli.engines.load",
+        "attn_cli.engines.ctranslate2",
+        "attn_cli.cli.decoding_flags",
+    ]
+    assert "torch" not in _heavy_modules_after("\n".join(f"import {module}" for module in modules))

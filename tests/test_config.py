@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support.runs import REPO
 
 from attn_cli.config import ConfigError, DecodeConfig, builtin_configs, find_config, load_config
 

@@ -2,11 +2,12 @@
 the batched search over the cache equals a plain reference search."""
 
 import pytest
-from conftest import lively_model, random_source, unpadded
-from reference_search import _holds, reference_constrained_search
+from support.models import lively_model, random_source, unpadded
+from support.reference_search import _holds, reference_constrained_search
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.constrained import TermTracker, constrained_beam_search
+from attn_cli.decoding.search import SearchSettings
 
 SHORT = dict(max_len_a=1.0, max_len_b=6)
 
@@ -34,7 +35,9 @@ def _same(batched, reference):
 def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    batched = constrained_beam_search(model, src, TERMS, beam_size, alpha, n_best=beam_size, **SHORT)
+    batched = constrained_beam_search(
+        model, src, TERMS, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT)
+    )
     for row in range(src.shape[0]):
         reference = reference_constrained_search(
             model, unpadded(src, row), TERMS[row], beam_size, alpha, 1.0, 6, beam_size
@@ -46,8 +49,8 @@ def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha):
 def test_every_output_holds_every_term_of_its_sentence(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    plain = beam_search(model, src, 4, 0.6, n_best=4, **SHORT)
-    constrained = constrained_beam_search(model, src, TERMS, 4, 0.6, n_best=4, **SHORT)
+    plain = beam_search(model, src, SearchSettings(4, n_best=4, alpha=0.6, **SHORT))
+    constrained = constrained_beam_search(model, src, TERMS, SearchSettings(4, n_best=4, alpha=0.6, **SHORT))
     for terms, unconstrained, outputs in zip(TERMS, plain, constrained):
         assert len(outputs) == 4
         assert all(_meets(h.tokens, terms) for h in outputs)
@@ -59,13 +62,13 @@ def test_every_output_holds_every_term_of_its_sentence(seed):
 def test_without_terms_the_search_is_the_plain_beam_search(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    plain = beam_search(model, src, 3, 0.6, n_best=3, **SHORT)
+    plain = beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
     for constrained, unconstrained in zip(
-        constrained_beam_search(model, src, [[]] * 4, 3, 0.6, n_best=3, **SHORT), plain
+        constrained_beam_search(model, src, [[]] * 4, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)), plain
     ):
         _same(constrained, unconstrained)
     # A sentence without terms beside sentences with them is searched as if alone.
-    mixed = constrained_beam_search(model, src, TERMS, 3, 0.6, n_best=3, **SHORT)
+    mixed = constrained_beam_search(model, src, TERMS, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
     _same(mixed[3], plain[3])
 
 
@@ -73,9 +76,13 @@ def test_any_one_alternative_meets_a_term():
     model = lively_model(1)
     src = random_source(3, 6, lengths=[6, 6, 6])
     alternatives = ((30, 31), (40,))
-    both = constrained_beam_search(model, src, [[alternatives]] * 3, 3, 0.6, n_best=3, **SHORT)
-    first = constrained_beam_search(model, src, [[alternatives[:1]]] * 3, 3, 0.6, n_best=3, **SHORT)
-    second = constrained_beam_search(model, src, [[alternatives[1:]]] * 3, 3, 0.6, n_best=3, **SHORT)
+    both = constrained_beam_search(model, src, [[alternatives]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
+    first = constrained_beam_search(
+        model, src, [[alternatives[:1]]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)
+    )
+    second = constrained_beam_search(
+        model, src, [[alternatives[1:]]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)
+    )
     for outputs, only_first, only_second in zip(both, first, second):
         assert all(_holds(h.tokens, alternatives[0]) or _holds(h.tokens, alternatives[1]) for h in outputs)
         # The search free to choose finds at least as good an output as either one forced.
@@ -88,21 +95,23 @@ def test_a_prefix_counts_toward_the_terms():
     prefix = random_source(2, 2)[:, :1].clone()
     prefix[:] = 11
     terms = [[((11,),)], [((11,),), ((7, 8),)]]
-    found = constrained_beam_search(model, src, terms, 3, 0.6, n_best=3, prefix=prefix, **SHORT)
+    found = constrained_beam_search(model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=prefix)
     for row, outputs in enumerate(found):
         reference = reference_constrained_search(model, unpadded(src, row), terms[row], 3, 0.6, 1.0, 6, 3, (11,))
         _same(outputs, reference)
         assert all(h.tokens[0] == 11 and _meets(h.tokens, terms[row]) for h in outputs)
     # The first sentence's one term is met by the prefix: its search is the plain one.
-    _same(found[0], beam_search(model, src[:1], 3, 0.6, n_best=3, prefix=prefix[:1], **SHORT)[0])
+    _same(found[0], beam_search(model, src[:1], SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=prefix[:1])[0])
 
 
 def test_terms_that_cannot_fit_leave_the_sentence_unconstrained():
     model = lively_model(0)
     src = random_source(1, 3, lengths=[3])  # a limit of 2 * 1.0 + 1 = 3 tokens
     too_long = [[((5, 6, 7, 8),)]]
-    found = constrained_beam_search(model, src, too_long, 3, 0.6, n_best=1, max_len_a=1.0, max_len_b=1)
-    plain = beam_search(model, src, 3, 0.6, n_best=1, max_len_a=1.0, max_len_b=1)
+    found = constrained_beam_search(
+        model, src, too_long, SearchSettings(3, n_best=1, alpha=0.6, max_len_a=1.0, max_len_b=1)
+    )
+    plain = beam_search(model, src, SearchSettings(3, n_best=1, alpha=0.6, max_len_a=1.0, max_len_b=1))
     _same(found[0], plain[0])
 
 
@@ -123,11 +132,13 @@ def test_two_terms_begun_by_one_token_need_room_for_both():
     prefix = src.new_full((1, 1), 5)
     terms = [[((5, 6),), ((5, 7),)]]
     limits = dict(max_len_a=1.0, max_len_b=2)
-    found = constrained_beam_search(model, src, terms, 3, 0.6, n_best=3, prefix=prefix, **limits)
+    found = constrained_beam_search(model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, **limits), prefix=prefix)
     assert found[0] and all(_meets(h.tokens, terms[0]) for h in found[0])
     _same(found[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 2, 3, (5,)))
     # One token less: both cannot fit, and the longer-or-later one is left out; the other is met.
-    tight = constrained_beam_search(model, src, terms, 3, 0.6, n_best=3, prefix=prefix, max_len_a=1.0, max_len_b=1)
+    tight = constrained_beam_search(
+        model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, max_len_a=1.0, max_len_b=1), prefix=prefix
+    )
     assert tight[0] and all(_holds(h.tokens, (5, 6)) for h in tight[0])
     _same(tight[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 1, 3, (5,)))
 
@@ -137,7 +148,9 @@ def test_no_word_continuation_follows_a_term(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
     continuations = frozenset(range(25, 50))  # as if these pieces glued onto the word before them
-    found = constrained_beam_search(model, src, TERMS, 4, 0.6, n_best=4, word_continuations=continuations, **SHORT)
+    found = constrained_beam_search(
+        model, src, TERMS, SearchSettings(4, n_best=4, alpha=0.6, **SHORT), word_continuations=continuations
+    )
     for row, outputs in enumerate(found):
         reference = reference_constrained_search(
             model, unpadded(src, row), TERMS[row], 4, 0.6, 1.0, 6, 4, word_continuations=continuations

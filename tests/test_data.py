@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_examples
+from support.models import random_examples
 
 from attn_cli.config import CorpusConfig, DataConfig
-from attn_cli.data.batching import Example, collate, filter_by_length, token_batches
+from attn_cli.data.batching import Example, filter_by_length, token_batches
+from attn_cli.data.collate import collate
 from attn_cli.data.corpus import DataError, ReadReport, SkippedLine, iter_numbered_corpus, read_corpus
 from attn_cli.data.split import split_corpus
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID

@@ -2,10 +2,12 @@
 
 import pytest
 import torch
-from conftest import random_source, small_model
+from support.models import random_source, small_model
 
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import Example
+from attn_cli.data.collate import collate
 from attn_cli.decoding.greedy import greedy_decode
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.vocab import BOS_ID
 
 
@@ -32,8 +34,8 @@ def test_cached_greedy_decoding_equals_uncached(positions):
         torch.manual_seed(seed)
         model = small_model(positions=positions)
         src = random_source(4, 9, lengths=[9, 2, 5, 7])
-        cached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6)
-        uncached = greedy_decode(model, src, max_len_a=1.0, max_len_b=6, use_cache=False)
+        cached = greedy_decode(model, src, SearchSettings(max_len_a=1.0, max_len_b=6))
+        uncached = greedy_decode(model, src, SearchSettings(max_len_a=1.0, max_len_b=6), use_cache=False)
         assert cached == uncached
         assert any(len(out) > 0 for out in cached)
 
@@ -50,9 +52,9 @@ def test_padding_a_batch_changes_no_decoded_sentence():
 def test_output_length_limit_follows_the_source_length():
     model = small_model()
     src = random_source(2, 10, lengths=[10, 3])
-    exact = greedy_decode(model, src, exact_steps=12)
+    exact = greedy_decode(model, src, SearchSettings(exact_steps=12))
     assert [len(out) for out in exact] == [12, 12]
-    limited = greedy_decode(model, src, max_len_a=0.0, max_len_b=2)
+    limited = greedy_decode(model, src, SearchSettings(max_len_a=0.0, max_len_b=2))
     assert all(len(out) <= 2 for out in limited)
 
 
@@ -115,7 +117,7 @@ def test_the_hypotheses_per_source_are_the_caches_never_guessed_from_shapes():
 def test_learned_positions_cap_the_output_length_instead_of_crashing():
     model = small_model(positions="learned", max_positions=8)
     src = random_source(2, 6)
-    outputs = greedy_decode(model, src, max_len_a=3.0, max_len_b=10)
+    outputs = greedy_decode(model, src, SearchSettings(max_len_a=3.0, max_len_b=10))
     assert all(len(out) <= 7 for out in outputs)
 
 
@@ -124,7 +126,7 @@ def test_cross_attention_keys_and_values_are_projected_once_per_source():
     calls = []
     for layer in model.decoder_layers:
         layer.cross_attention.kv_proj.register_forward_hook(lambda *_: calls.append("kv"))
-    outputs = greedy_decode(model, random_source(2, 6), exact_steps=9)
+    outputs = greedy_decode(model, random_source(2, 6), SearchSettings(exact_steps=9))
     assert len(outputs[0]) == 9
     assert calls.count("kv") == len(model.decoder_layers)
 

@@ -12,9 +12,11 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import REPO, parameters_of, small_model, tiny_config
+from support.models import parameters_of, small_model
+from support.runs import REPO, tiny_config
 
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import Example
+from attn_cli.data.collate import collate
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks, process_group, torchrun_environment
 from attn_cli.training.guards import TrainingInterrupted
 from attn_cli.training.precision import resolve_precision
@@ -22,6 +24,8 @@ from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
 from attn_cli.training.step import TrainingObjective, TrainingStep
 from attn_cli.training.trainer import Trainer
+
+pytestmark = pytest.mark.slow  # spawns training processes
 
 WORLD_SIZE = 2
 CPU = torch.device("cpu")

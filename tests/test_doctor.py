@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, tiny_config
+from support.runs import REPO, tiny_config
 from typer.testing import CliRunner
 
 import attn_cli.model.attention as attention_module
@@ -221,7 +221,7 @@ def test_bad_pairs_are_counted_with_their_lines(tmp_path):
 def test_every_position_scheme_passes_the_model_checks(positions, monkeypatch):
     """The score scale is recomputed with the layer's own relative bias or rotation, so a healthy
     model of any scheme passes; and with the scheme's positions taken out, the positions check fails."""
-    from conftest import random_source, small_model
+    from support.models import random_source, small_model
 
     from attn_cli.doctor.model_checks import model_checks
     from attn_cli.doctor.probes import Probe

@@ -2,7 +2,7 @@
 "best" has one rule, shared by best.pt and early stopping."""
 
 import pytest
-from conftest import tiny_config, train_tiny
+from support.runs import tiny_config, train_tiny
 
 from attn_cli.checkpoint import Checkpoint
 from attn_cli.config import ConfigError, EarlyStoppingConfig, TrainConfig

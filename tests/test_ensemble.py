@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model, unpadded
-from reference_search import reference_beam_search
+from support.models import lively_model, random_source, small_model, unpadded
+from support.reference_search import reference_beam_search
 
 from attn_cli.checkpoint import require_shared_tokenizers
 from attn_cli.config import TokenizerConfig
@@ -11,6 +11,7 @@ from attn_cli.data.tokenizer import Tokenizers, train_sentencepiece
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.greedy import greedy_search
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, PAD_ID
 
@@ -20,8 +21,8 @@ SHORT = dict(max_len_a=1.0, max_len_b=6)
 def _searches(model, src):
     """Greedy and beam search results of `model` (a model or an ensemble) as comparable tuples."""
     return {
-        "greedy": greedy_search(model, src, alpha=0.6, **SHORT),
-        "beam": beam_search(model, src, beam_size=3, alpha=0.6, n_best=3, **SHORT),
+        "greedy": greedy_search(model, src, SearchSettings(alpha=0.6, **SHORT)),
+        "beam": beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)),
     }
 
 
@@ -68,7 +69,7 @@ def test_the_first_step_log_probs_of_two_models_are_the_mean_of_theirs():
         theirs = _log_probs(first, src), _log_probs(second, src)
     torch.testing.assert_close(combined, (theirs[0] + theirs[1]) / 2, atol=1e-6, rtol=0)
     assert not torch.allclose(theirs[0][:, 4:], theirs[1][:, 4:], atol=1e-3)  # two models that disagree
-    (first_token,) = {tuple(h[0].tokens[:1]) for h in [greedy_search(ensemble, src[:1], **SHORT)[0]]}
+    (first_token,) = {tuple(h[0].tokens[:1]) for h in [greedy_search(ensemble, src[:1], SearchSettings(**SHORT))[0]]}
     assert first_token == (int(combined[0].argmax()),)
 
 
@@ -80,7 +81,9 @@ def test_ensemble_beam_search_equals_the_reference_search(prefix, beam_size, alp
     ensemble = Ensemble([lively_model(0), lively_model(1), lively_model(2)])
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     forced = torch.tensor([list(prefix)] * 4, dtype=torch.long)
-    batched = beam_search(ensemble, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=forced)
+    batched = beam_search(
+        ensemble, src, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT), prefix=forced
+    )
     for row in range(src.shape[0]):
         reference = reference_beam_search(ensemble, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, prefix)
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
@@ -90,12 +93,12 @@ def test_ensemble_beam_search_equals_the_reference_search(prefix, beam_size, alp
 def test_ensemble_greedy_search_with_a_cache_equals_it_without():
     ensemble = Ensemble([lively_model(0), lively_model(3)])
     src = random_source(5, 9, lengths=[9, 2, 5, 7, 4])
-    cached = greedy_search(ensemble, src, **SHORT)
-    uncached = greedy_search(ensemble, src, **SHORT, use_cache=False)
+    cached = greedy_search(ensemble, src, SearchSettings(**SHORT))
+    uncached = greedy_search(ensemble, src, SearchSettings(**SHORT), use_cache=False)
     assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in uncached]
     assert len({len(hs[0].tokens) for hs in cached}) > 1, "sentences should leave the batch at different steps"
     # without scores, the mean of the members' logits picks the tokens the mean of their log-probabilities does
-    unscored = greedy_search(ensemble, src, **SHORT, scored=False)
+    unscored = greedy_search(ensemble, src, SearchSettings(**SHORT), scored=False)
     assert [[h.tokens for h in hs] for hs in unscored] == [[h.tokens for h in hs] for hs in cached]
 
 

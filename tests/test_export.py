@@ -5,15 +5,18 @@ import sys
 
 import pytest
 import torch
-from conftest import train_tiny
+from support.decoding import engine_of, sources_of
+from support.runs import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
 from attn_cli.config import Config, CorpusConfig, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
 from attn_cli.data.tokenizer import train_tokenizers
-from attn_cli.decoding.translate import decode_batch, translate_sentences
+from attn_cli.decoding.pipeline import translate
+from attn_cli.engines import pytorch
+from attn_cli.engines.ctranslate2 import load_exported
+from attn_cli.engines.pytorch import TorchEngine
 from attn_cli.export.convert import export
-from attn_cli.export.exported import load_exported
 from attn_cli.model import build_model
 
 pytest.importorskip("ctranslate2")
@@ -58,7 +61,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_a_float32_export_searches_like_attn(tmp_path, variant):
+def test_a_float32_export_searches_like_attn(tmp_path, variant, monkeypatch):
     """Random weights, scaled up: each input gets its own output, most of them cut at the length limit."""
     settings, joint = VARIANTS[variant]
     model_cfg = ModelConfig(
@@ -74,25 +77,26 @@ def test_a_float32_export_searches_like_attn(tmp_path, variant):
     cfg, tokenizers, model = _random_model(model_cfg, joint)
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
+    # attn's search without its UTF-8 constraint, which CTranslate2 has no counterpart of: random
+    # weights write byte pieces freely.
+    monkeypatch.setattr(pytorch, "output_constraints", lambda target, options: ())
+    engine = engine_of(model, tokenizers, 63)
+    assert all(len(ids) < 63 for ids in tokenizers.source.encode(TESTED)), "no input is split: both take it whole"
     for options in (
         DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=5),
         DecodeConfig(beam_size=4, n_best=2, max_len_a=1.0, max_len_b=5),
     ):
-        # attn's search without its UTF-8 constraint, which CTranslate2 has no counterpart of: random
-        # weights write byte pieces freely.
-        ours = translate_sentences(
-            None, tokenizers, TESTED, options, 63, "zh", search=lambda src: decode_batch(model, src, options)
-        )
-        theirs = translate_sentences(
-            None, exported.tokenizers, TESTED, options, 63, "zh", search=lambda src: exported.search(src, options)
-        )
-        same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
+        ours = translate(engine, sources_of(TESTED), options)
+        theirs = translate(exported, sources_of(TESTED), options)
+        same = sum(o.candidates[0].tokens == t.candidates[0].tokens for o, t in zip(ours, theirs))
         assert same >= (len(TESTED) if options.beam_size == 1 else 0.95 * len(TESTED)), (
             f"beam {options.beam_size}: {len(TESTED) - same} of {len(TESTED)} best hypotheses differ"
         )
         if options.beam_size == 1:
-            assert [t.scores[0] for t in theirs] == pytest.approx([o.scores[0] for o in ours], abs=1e-3)
-    assert len({tuple(t.tokens[0]) for t in ours}) >= 5, "the outputs must differ from input to input"
+            assert [t.candidates[0].score for t in theirs] == pytest.approx(
+                [o.candidates[0].score for o in ours], abs=1e-3
+            )
+    assert len({tuple(t.candidates[0].tokens) for t in ours}) >= 5, "the outputs must differ from input to input"
 
 
 @pytest.fixture(scope="module")
@@ -127,18 +131,20 @@ def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, requ
     sentences = [
         line for split in ("test", "valid") for line in (run / "data" / f"{split}.en").read_text().splitlines()
     ]
+    engine = TorchEngine([loaded.model], loaded.tokenizers, [loaded.config])
+    assert engine.max_source_tokens == exported.max_source_tokens  # long inputs are split alike
     for options in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=2)):
-        ours = translate_sentences(loaded.model, loaded.tokenizers, sentences, options, 255, "zh")
-        theirs = translate_sentences(
-            None, exported.tokenizers, sentences, options, 255, "zh", search=lambda src: exported.search(src, options)
-        )
-        same = sum(o.tokens[0] == t.tokens[0] for o, t in zip(ours, theirs))
+        ours = translate(engine, sources_of(sentences), options)
+        theirs = translate(exported, sources_of(sentences), options)
+        same = sum(o.candidates[0].tokens == t.candidates[0].tokens for o, t in zip(ours, theirs))
         if options.beam_size == 1:
             assert same == len(sentences)
-            assert [t.scores[0] for t in theirs] == pytest.approx([o.scores[0] for o in ours], abs=1e-3)
+            assert [t.candidates[0].score for t in theirs] == pytest.approx(
+                [o.candidates[0].score for o in ours], abs=1e-3
+            )
         else:
             assert same >= 0.95 * len(sentences), f"{len(sentences) - same} of {len(sentences)} best hypotheses differ"
-            assert all(len(t.texts) == 2 and t.scores[0] >= t.scores[1] for t in theirs)
+            assert all(len(t.candidates) == 2 and t.candidates[0].score >= t.candidates[1].score for t in theirs)
 
 
 def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
@@ -158,17 +164,25 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
     assert "warning" not in after.stderr  # no rule of attn's search was asked for that CTranslate2 lacks
     warned = runner.invoke(app, ["translate", "--model", str(exported), "--no-stutter", "Hello."])
     assert warned.exit_code == 0 and warned.stderr.count("\n") == 1, warned.output
-    assert "cannot apply the valid-UTF-8 rule and decode.no_stutter" in warned.stderr
+    assert "--no-stutter: CTranslate2 searches on its own and cannot keep to decode.no_stutter" in warned.stderr
+    assert "--allow-stutter" in warned.stderr
     refused = runner.invoke(app, ["translate", "--model", str(exported), "--prefix", "我", "Hello."])
-    assert (
-        refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "a prefix needs a checkpoint" in refused.stderr
-    )
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
+    assert "--prefix: CTranslate2 does not force a prefix" in refused.stderr
+    assert "use --run or --checkpoint instead of --model" in refused.stderr
     (tmp_path / "terms.tsv").write_text("Tom\t汤姆\n", encoding="utf-8")
     refused = runner.invoke(
         app, ["translate", "--model", str(exported), "--glossary", str(tmp_path / "terms.tsv"), "Tom."]
     )
     assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
-    assert "a glossary needs a checkpoint" in refused.stderr
+    assert "--glossary: CTranslate2 has no constrained search to place terms" in refused.stderr
+    assert "use --run or --checkpoint instead of --model" in refused.stderr
+    (tmp_path / "src.en").write_text("Tom.\n", encoding="utf-8")
+    (tmp_path / "ref.zh").write_text("汤姆。\n", encoding="utf-8")
+    evaluated = ["eval", "--model", str(exported), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.zh")]
+    refused = runner.invoke(app, [*evaluated, "--glossary", str(tmp_path / "terms.tsv")])  # eval refuses alike
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
+    assert "--glossary: CTranslate2 has no constrained search to place terms" in refused.stderr
     int8 = runner.invoke(
         app, ["export", "--checkpoint", str(exported.parent / "missing.pt"), "--output", str(tmp_path / "int8")]
     )
@@ -178,7 +192,7 @@ def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):
 def _texts(jsonl: str) -> list:
     import json
 
-    return [[t["tokens"] for t in json.loads(line)["translations"]] for line in jsonl.splitlines()]
+    return [[t["tokens"] for t in json.loads(line)["n_best"]] for line in jsonl.splitlines()]
 
 
 def test_export_refusals_are_one_line(trained_run, tmp_path, monkeypatch):
@@ -224,16 +238,17 @@ def test_sampling_with_a_seed_repeats(tmp_path):
 
     def sampled():  # as two runs of attn translate --sample --seed 7 would
         exported = load_exported(tmp_path / "exported", threads=1)
-        return translate_sentences(
-            None, exported.tokenizers, TESTED[:5], options, 63, "zh", search=lambda src: exported.search(src, options)
-        )
+        return translate(exported, sources_of(TESTED[:5]), options)
+
+    def pieces(translations):
+        return [[candidate.tokens for candidate in t.candidates] for t in translations]
 
     first, again = sampled(), sampled()
-    assert [t.tokens for t in first] == [t.tokens for t in again] and all(len(t.texts) == 3 for t in first)
+    assert pieces(first) == pieces(again) and all(len(t.candidates) == 3 for t in first)
 
 
 def test_outputs_stop_where_the_exported_positions_end(tmp_path):
-    from attn_cli.export.convert import SINUSOIDAL_ROWS
+    from attn_cli.engines.ctranslate2 import SINUSOIDAL_ROWS
 
     cfg, tokenizers, model = _random_model(
         ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
@@ -241,16 +256,8 @@ def test_outputs_stop_where_the_exported_positions_end(tmp_path):
     export(cfg, tokenizers, model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
     options = DecodeConfig(beam_size=1, max_len_b=SINUSOIDAL_ROWS + 100)  # beyond the table, which attn lacks
-    (translation,) = translate_sentences(
-        None,
-        exported.tokenizers,
-        ["sentence number 3"],
-        options,
-        63,
-        "zh",
-        search=lambda src: exported.search(src, options),
-    )
-    assert len(translation.tokens[0]) <= SINUSOIDAL_ROWS - 1
+    (translation,) = translate(exported, sources_of(["sentence number 3"]), options)
+    assert len(translation.candidates[0].tokens) <= SINUSOIDAL_ROWS - 1
 
 
 def test_an_export_that_predates_add_source_eos_is_given_the_eos(tmp_path):
@@ -264,10 +271,8 @@ def test_an_export_that_predates_add_source_eos_is_given_the_eos(tmp_path):
 
     def translated():
         exported = load_exported(tmp_path / "exported", threads=1)
-        found = translate_sentences(
-            None, exported.tokenizers, TESTED, options, 63, "zh", search=lambda src: exported.search(src, options)
-        )
-        return exported.adds_source_eos, [t.tokens[0] for t in found]
+        found = translate(exported, sources_of(TESTED), options)
+        return exported.adds_source_eos, [t.candidates[0].tokens for t in found]
 
     adds, tokens = translated()
     config = tmp_path / "exported" / "config.json"

@@ -71,22 +71,50 @@ def test_attn_eval_reports_term_accuracy_of_its_translations(trained_run, tmp_pa
     assert plain_scores and all(f"  {line}" in without_part for line in plain_scores)
     assert str(without) in without_part
     refused = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv", "--beam", "1"]])
-    assert refused.exit_code == 2 and "needs beam search" in refused.output
+    assert refused.exit_code == 2, refused.output
+    assert "--glossary: terms are placed by beam search, and greedy search (beam 1) cannot place them" in refused.output
+    assert "use --beam 2 or more" in refused.output
     (tmp_path / "terms.tsv").write_text("Tom 汤姆\n", encoding="utf-8")
     bad = CliRunner().invoke(app, [str(a) for a in [*args, "--glossary", tmp_path / "terms.tsv"]])
     assert bad.exit_code == 2 and "terms.tsv:1:" in bad.output
 
 
 def _loaded(run):
-    from attn_cli.translator import load_for_decoding
+    from attn_cli.engines.load import load_engine
 
-    return load_for_decoding([run], [], None, "cpu")
+    return load_engine([run], [], None, "cpu")
 
 
-def _options(loaded, **settings):
+def _options(engine, **settings):
     from attn_cli.decoding.options import override_decode
 
-    return override_decode(loaded.config.decode, {"beam_size": 4, "n_best": 3, **settings})
+    return override_decode(engine.config.decode, {"beam_size": 4, "n_best": 3, **settings})
+
+
+def translate(engine, sentences, options, glossaries=None):
+    """The pipeline's translations of `sentences`, each with the terms of its glossary when given."""
+    from support.decoding import sources_of
+
+    from attn_cli.decoding.pipeline import translate
+
+    return translate(engine, sources_of(sentences, glossaries=glossaries), options)
+
+
+def _with_and_without_terms(engine, sentences, options, glossaries):
+    """The translations with the glossaries, and what the search without them gave (its first search,
+    as `attn eval --glossary` reports it)."""
+    from support.decoding import sources_of
+
+    from attn_cli.decoding.parts import split_sources
+    from attn_cli.decoding.pipeline import assemble, decode
+
+    prepared = split_sources(engine, sources_of(sentences, glossaries=glossaries), options)
+    decoded = decode(engine, prepared, options)
+    return assemble(engine, prepared, decoded.outputs, options), assemble(engine, prepared, decoded.first, options)
+
+
+def _texts(translation):
+    return [candidate.text for candidate in translation.candidates]
 
 
 def _test_sentences(run, count=16):
@@ -101,48 +129,44 @@ GLOSSARY = [Term("Tom", ("汤姆",)), Term("I", ("我",)), Term("you", ("你", "
 
 
 def test_every_translation_of_the_n_best_holds_every_term_that_applies(trained_run):
-    from attn_cli.translator import translate
-
     loaded = _loaded(trained_run)
     sentences = _test_sentences(trained_run)
     options = _options(loaded)
     plain = translate(loaded, sentences, options)
-    aided = translate(loaded, sentences, options, glossaries=[GLOSSARY] * len(sentences))
+    aided, unaided = _with_and_without_terms(loaded, sentences, options, [GLOSSARY] * len(sentences))
+    assert aided == translate(loaded, sentences, options, glossaries=[GLOSSARY] * len(sentences))
     missed = 0
-    for sentence, before, after in zip(sentences, plain, aided):
+    for sentence, before, after, first in zip(sentences, plain, aided, unaided):
         applied = applicable_terms(sentence, GLOSSARY, "en")
         assert after.terms == [term.source for term in applied] and not after.unmet_terms
-        assert all(_holds(text, term) for text in after.texts for term in applied)
-        missed += not all(_holds(text, term) for text in before.texts for term in applied)
-        assert after.unconstrained == before.texts[0]
+        assert all(_holds(text, term) for text in _texts(after) for term in applied)
+        missed += not all(_holds(text, term) for text in _texts(before) for term in applied)
+        assert first.text == before.text
     assert missed >= 3, "the test needs sentences whose terms the model leaves out unaided"
 
 
 def test_terms_already_written_and_an_empty_glossary_leave_the_translations_unchanged(trained_run):
-    from attn_cli.translator import translate
-
     loaded = _loaded(trained_run)
     sentences = _test_sentences(trained_run, 8)
     options = _options(loaded, n_best=1, length_penalty=2.0)  # this tiny model ends at once without it
     plain = translate(loaded, sentences, options)
-    assert [t.texts for t in translate(loaded, sentences, options, glossaries=[[]] * 8)] == [t.texts for t in plain]
+    unchanged = translate(loaded, sentences, options, glossaries=[[]] * 8)
+    assert [_texts(t) for t in unchanged] == [_texts(t) for t in plain]
     # Each sentence's glossary: its first word, and as target the end of what the model writes for it.
-    written = [[Term(s.split()[0], (t.texts[0][-3:],))] if t.texts[0] else [] for s, t in zip(sentences, plain)]
+    written = [[Term(s.split()[0], (t.text[-3:],))] if t.text else [] for s, t in zip(sentences, plain)]
     assert sum(map(bool, written)) >= 6
     aided = translate(loaded, sentences, options, glossaries=written)
-    assert [t.texts for t in aided] == [t.texts for t in plain]
+    assert [_texts(t) for t in aided] == [_texts(t) for t in plain]
     assert all(t.terms for t, terms in zip(aided, written) if terms)
 
 
 def test_any_one_alternative_of_a_term_satisfies_it(trained_run):
-    from attn_cli.translator import translate
-
     loaded = _loaded(trained_run)
     sentences = [s for s in _test_sentences(trained_run, 40) if " " in s][:6]
     options = _options(loaded, n_best=2)
     terms = [[Term(s.split()[0], ("汤姆", "猫"))] for s in sentences]
     for translation, glossary in zip(translate(loaded, sentences, options, glossaries=terms), terms):
-        assert all("汤姆" in text or "猫" in text for text in translation.texts)
+        assert all("汤姆" in text or "猫" in text for text in _texts(translation))
 
 
 def test_a_term_that_cannot_fit_is_named_in_the_json_output(trained_run, tmp_path):
@@ -160,18 +184,21 @@ def test_a_term_that_cannot_fit_is_named_in_the_json_output(trained_run, tmp_pat
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert records[0]["terms"] == ["Tom"] and records[0]["unmet_terms"] == ["Tom"]
-    assert "do not fit within the output limit" in records[0]["note"]
+    (note,) = [note for note in records[0]["notes"] if note["kind"] == "unmet_terms"]
+    assert "do not fit within the output limit" in note["message"]
     # The line's own glossary joins the file's; its terms are met.
-    assert records[1]["terms"] == ["you"] and "unmet_terms" not in records[1]
-    assert any(t in records[1]["translations"][0]["text"] for t in ("你们", "您"))
+    assert records[1]["terms"] == ["you"] and records[1]["unmet_terms"] == []
+    assert not any(note["kind"] == "unmet_terms" for note in records[1]["notes"])
+    assert any(t in records[1]["n_best"][0]["translation"] for t in ("你们", "您"))
 
 
 def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(trained_run):
     import torch
-    from reference_search import reference_constrained_search
+    from support.reference_search import reference_constrained_search
 
     from attn_cli.decoding.constrained import constrained_beam_search
     from attn_cli.decoding.glossary import token_alternatives
+    from attn_cli.decoding.search import SearchSettings
 
     loaded = _loaded(trained_run)
     tokenizers, model = loaded.tokenizers, loaded.model
@@ -189,7 +216,9 @@ def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(t
     src = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
     for row, ids in enumerate(rows):
         src[row, : len(ids)] = torch.tensor(ids)
-    batched = constrained_beam_search(model, src, terms, 3, 0.6, 1.2, 5, n_best=3)
+    batched = constrained_beam_search(
+        model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, max_len_a=1.2, max_len_b=5)
+    )
     for row, ids in enumerate(rows):
         reference = reference_constrained_search(model, torch.tensor(ids), terms[row], 3, 0.6, 1.2, 5, 3)
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
@@ -197,7 +226,7 @@ def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(t
 
 
 def test_the_kept_terminology_set_asks_only_for_what_its_references_say():
-    from conftest import REPO
+    from support.runs import REPO
 
     from attn_cli.decoding.glossary import occurs
 
@@ -213,33 +242,35 @@ def test_the_kept_terminology_set_asks_only_for_what_its_references_say():
 
 
 def test_on_a_random_model_terms_already_written_leave_its_translations_unchanged(served_checkpoint):
-    from serving import SENTENCES
+    from support.serving import SENTENCES
 
-    from attn_cli.translator import load_for_decoding, translate
+    from attn_cli.engines.load import load_engine
 
-    loaded = load_for_decoding([], [served_checkpoint], None, "cpu")
+    loaded = load_engine([], [served_checkpoint], None, "cpu")
     options = _options(loaded, n_best=2)
     plain = translate(loaded, SENTENCES, options)
     # A term of each sentence's first word, whose target is the start of both of its translations.
     written = []
     for sentence, translation in zip(SENTENCES, plain):
-        shared = os.path.commonprefix(translation.texts)[:3]
+        shared = os.path.commonprefix(_texts(translation))[:3]
         written.append([Term(sentence.split()[0], (shared,))] if shared.strip() else [])
     assert sum(map(bool, written)) >= 2
     aided = translate(loaded, SENTENCES, options, glossaries=written)
-    assert [t.texts for t in aided] == [t.texts for t in plain]
+    assert [_texts(t) for t in aided] == [_texts(t) for t in plain]
     # A term neither translation writes changes them, and both then hold it.
     absent = [[Term(sentence.split()[0], ("号号",))] for sentence in SENTENCES]
     forced = translate(loaded, SENTENCES, options, glossaries=absent)
-    assert all("号号" in text for t in forced for text in t.texts)
+    assert all("号号" in text for t in forced for text in _texts(t))
 
 
 def _random_translator(seed: int, reverse: bool = False):
-    """translate_sentences over a random lively model with numbered_tokenizers (zh -> en when reversed)."""
-    from conftest import lively_model, numbered_tokenizers
+    """The pipeline over a random lively model with numbered_tokenizers (zh -> en when reversed)."""
+    from support.decoding import engine_of, sources_of
+    from support.models import lively_model
+    from support.runs import numbered_tokenizers
 
     from attn_cli.data.tokenizer import Tokenizers
-    from attn_cli.decoding.translate import translate_sentences
+    from attn_cli.decoding.pipeline import translate
 
     tokenizers = numbered_tokenizers()
     if reverse:
@@ -248,19 +279,11 @@ def _random_translator(seed: int, reverse: bool = False):
     model = lively_model(seed, src_vocab_size=vocab, tgt_vocab_size=vocab)
     languages = ("zh", "en") if reverse else ("en", "zh")
 
-    def translate(sentences, options, glossaries=None, max_source_tokens=60):
-        return translate_sentences(
-            model,
-            tokenizers,
-            sentences,
-            options,
-            max_source_tokens,
-            languages[1],
-            glossaries=glossaries,
-            source_language=languages[0],
-        )
+    def translated(sentences, options, glossaries=None, max_source_tokens=60):
+        engine = engine_of(model, tokenizers, max_source_tokens, languages[1], languages[0])
+        return translate(engine, sources_of(sentences, glossaries=glossaries), options)
 
-    return translate
+    return translated
 
 
 def test_an_n_best_list_stays_full_when_few_outputs_can_hold_the_terms():
@@ -270,7 +293,7 @@ def test_an_n_best_list_stays_full_when_few_outputs_can_hold_the_terms():
     options = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=3)
     found = translate(["sentence number 1", "number 7"], options, [[Term("number", ("号号号",))]] * 2)
     for translation in found:
-        assert len(translation.texts) == 3 and "号号号" in translation.texts[0]
+        assert len(translation.candidates) == 3 and "号号号" in translation.text
 
 
 def test_with_n_best_a_best_translation_that_holds_the_terms_stays_the_best():
@@ -284,13 +307,13 @@ def test_with_n_best_a_best_translation_that_holds_the_terms_stays_the_best():
         plain = translate(sentences, options)
         glossaries = []
         for translation in plain:
-            best = translation.texts[0]
+            best = translation.text
             # A piece of the best translation that one of the others lacks: the part is searched again.
             piece = next(
                 (
                     best[i : i + 2]
                     for i in range(len(best) - 1)
-                    if not all(best[i : i + 2] in t for t in translation.texts)
+                    if not all(best[i : i + 2] in t for t in _texts(translation))
                 ),
                 "",
             )
@@ -299,8 +322,8 @@ def test_with_n_best_a_best_translation_that_holds_the_terms_stays_the_best():
         for before, after, terms in zip(plain, aided, glossaries):
             if terms:
                 checked += 1
-                assert after.texts[0] == before.texts[0]
-                assert all(terms[0].targets[0] in text for text in after.texts)
+                assert after.text == before.text
+                assert all(terms[0].targets[0] in text for text in _texts(after))
     assert checked >= 3
 
 
@@ -314,8 +337,8 @@ def test_a_truncated_input_applies_only_the_terms_of_what_is_translated():
     sentence = "sentence sentence sentence sentence sentence sentence number 6"
     plain = translate([sentence], options, max_source_tokens=4)
     aided = translate([sentence], options, [[Term("6", ("号号",))]], max_source_tokens=4)
-    assert "truncated" in plain[0].note
-    assert aided[0].terms == [] and aided[0].texts == plain[0].texts
+    assert [note.kind for note in plain[0].notes] == ["truncated"]
+    assert aided[0].terms == [] and _texts(aided[0]) == _texts(plain[0])
 
 
 def test_in_a_spaced_target_language_a_term_is_met_as_a_whole_word():
@@ -326,5 +349,5 @@ def test_in_a_spaced_target_language_a_term_is_met_as_a_whole_word():
     options = DecodeConfig(beam_size=4, n_best=2, max_len_b=8)
     sentences = [f"句子{i}号" for i in range(12)]
     found = translate(sentences, options, [[Term("号", ("number",))]] * len(sentences))
-    assert all(occurs(text, "number", "en") for translation in found for text in translation.texts)
+    assert all(occurs(text, "number", "en") for translation in found for text in _texts(translation))
     assert not any(translation.unmet_terms for translation in found)

@@ -2,21 +2,33 @@
 computes, an exported attn model generates in Transformers what attn decodes, and the round trip is
 exact. Every model is built here; nothing touches the network."""
 
+import random
 import shutil
 
 import pytest
 import torch
 import transformers
-from conftest import train_tiny
-from marian_fixture import LANGUAGE_TOKENS, build_marian, corpus_pairs, train_marian
+from support.marian import (
+    LANGUAGE_TOKENS,
+    build_marian,
+    corpus_pairs,
+    favour_pieces,
+    source_only_pieces,
+    train_marian,
+)
+from support.runs import train_tiny
 from typer.testing import CliRunner
 
 from attn_cli.checkpoint import load_checkpoint
 from attn_cli.cli.app import app
 from attn_cli.config import DecodeConfig
-from attn_cli.decoding.translate import decode_batch
+from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.greedy import greedy_search
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.huggingface.marian import MarianIds, attn_rows, marian_rows
-from attn_cli.vocab import EOS_ID, PAD_ID
+from attn_cli.vocab import EOS_ID, PAD_ID, UNK_ID
+
+pytestmark = pytest.mark.slow  # builds and trains Marian models with Transformers
 
 PREFIX = LANGUAGE_TOKENS[0]
 LIMIT = 40  # output tokens before the forced end of sentence, in both toolkits
@@ -96,12 +108,20 @@ def test_an_imported_model_tokenizes_and_computes_the_logits_of_transformers(imp
     assert expected.std() > 1.0, "the logits are not trivially small"
 
 
+def _search(model, src, options):
+    """attn's greedy (beam 1) or beam search of the options, without output rules."""
+    settings = SearchSettings.of(options)
+    with torch.no_grad():
+        if options.beam_size == 1:
+            return greedy_search(model.eval(), src, settings)
+        return beam_search(model.eval(), src, settings)
+
+
 def _attn_search(checkpoint, sentences, beam):
     options = DecodeConfig(beam_size=beam, length_penalty=0.0, max_len_a=0.0, max_len_b=LIMIT)
     ids = checkpoint.tokenizers.encode_sources(sentences)
     src = padded([row + [EOS_ID] for row in ids], PAD_ID)
-    with torch.no_grad():
-        return [hypotheses[0].tokens for hypotheses in decode_batch(checkpoint.model.eval(), src, options)]
+    return [hypotheses[0].tokens for hypotheses in _search(checkpoint.model, src, options)]
 
 
 def _generate(model, tokenizer, sentences, beams):
@@ -136,6 +156,51 @@ def test_greedy_gives_the_tokens_of_generate_and_beam_4_its_best_hypothesis(impo
         print(f"\nbeam 4: {differ} of {len(sentences)} best hypotheses differ from Transformers' generate")
     assert differ <= 0.05 * len(sentences)
     assert beam != greedy, "beam search found nothing greedy did not: the comparison would be weak"
+
+
+def test_pieces_only_the_source_side_has_are_written_as_marian_tokenizer_writes_them(marian_dir, imported, hf):
+    """vocab.json holds the pieces of both SentencePiece models, and a model may write one that only
+    the source side has (an English name in a Chinese output). The target's SentencePiece model lacks
+    it and writes it as it is, ▁ and all ("我▁Tom▁Tom"); MarianTokenizer makes each ▁ a space."""
+    model, tokenizer = hf
+    target = load_checkpoint(imported / "checkpoints" / "best.pt").tokenizers.target
+    to_marian = marian_ids_of(model)
+    foreign = [target.piece_to_id(piece) for piece in source_only_pieces(marian_dir)]
+    assert len(foreign) > 100 and sum(piece.startswith("▁") for piece in target.id_to_piece(foreign)) > 50
+    own = sorted({i for row in target.encode([t for _, t in corpus_pairs(1500)[1000:1100]]) for i in row} - {UNK_ID})
+    tom, wo, men, space, stop = (target.piece_to_id(p) for p in ("▁Tom", "▁我", "们", "▁", "。"))
+    assert UNK_ID not in (tom, wo, men, space, stop)
+    rows = [[wo, men, tom, tom], [tom, wo, stop], [space, tom, space], [tom], [space], []]
+    draw = random.Random(0)
+    rows += [[draw.choice(draw.choice((foreign, own))) for _ in range(draw.randint(1, 12))] for _ in range(300)]
+    # An <unk> is left out: attn writes it (" ⁇ "), and skip_special_tokens drops it.
+    ours = target.decode([row + [EOS_ID] for row in rows])
+    theirs = tokenizer.batch_decode([[to_marian[i] for i in row] + [0] for row in rows], skip_special_tokens=True)
+    assert ours[0] == theirs[0] == "我们 Tom Tom"
+    wrong = [(a, b) for a, b in zip(ours, theirs) if a != b]
+    assert not wrong, f"{len(wrong)} of {len(rows)} texts differ from MarianTokenizer's (attn's, theirs): {wrong[:4]}"
+
+
+def test_a_model_that_writes_source_pieces_translates_as_transformers_decodes(marian_dir, tmp_path):
+    """attn translate on an imported model whose outputs use pieces only the source side has, against
+    generate and MarianTokenizer.batch_decode."""
+    copy = tmp_path / "opus-mt-en-zh"
+    shutil.copytree(marian_dir, copy)
+    favour_pieces(copy, ["▁Tom", "▁you"], 6.0)
+    result = cli("import", "hf", copy, "--output", tmp_path / "run", "--source-prefix", PREFIX)
+    assert result.exit_code == 0, result.output
+    sentences = held_out_sentences()[:30]
+    limits = ["--beam", 1, "--length-penalty", 0, "--max-len-a", 0, "--max-len-b", LIMIT]
+    result = cli("translate", "--run", tmp_path / "run", *limits, *sentences)
+    assert result.exit_code == 0, result.output
+
+    model = transformers.MarianMTModel.from_pretrained(copy).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(copy)
+    generated = _generate(model, tokenizer, sentences, 1)
+    vocab = tokenizer.get_vocab()
+    foreign = {vocab[piece] for piece in source_only_pieces(copy)}
+    assert sum(any(t in foreign for t in row) and not all(t in foreign for t in row) for row in generated) > 10
+    assert result.stdout.splitlines() == tokenizer.batch_decode(generated, skip_special_tokens=True)
 
 
 def test_an_imported_run_fine_tunes_and_resumes_bitwise(imported, tmp_path):
@@ -209,8 +274,7 @@ def test_an_exported_model_generates_attn_s_greedy_tokens_in_transformers(post_l
     assert [[to_marian[i] for i in row] + [0] for row in ids] == tokenizer(sentences).input_ids
 
     options = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=LIMIT)
-    with torch.no_grad():
-        found = decode_batch(checkpoint.model.eval(), padded([r + [EOS_ID] for r in ids], PAD_ID), options)
+    found = _search(checkpoint.model, padded([r + [EOS_ID] for r in ids], PAD_ID), options)
     greedy = [[to_marian[t] for t in hypotheses[0].tokens] for hypotheses in found]
     batch = tokenizer(sentences, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -225,8 +289,7 @@ def test_an_exported_model_generates_attn_s_greedy_tokens_in_transformers(post_l
         output = model.generate(**batch)
     texts = tokenizer.batch_decode(output, skip_special_tokens=True)
     limit = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=checkpoint.config.model.max_positions - 2)
-    with torch.no_grad():
-        found = decode_batch(checkpoint.model.eval(), padded([r + [EOS_ID] for r in ids], PAD_ID), limit)
+    found = _search(checkpoint.model, padded([r + [EOS_ID] for r in ids], PAD_ID), limit)
     assert texts == checkpoint.tokenizers.target.decode([f[0].tokens for f in found])
     card = (exported / "README.md").read_text(encoding="utf-8")
     assert "BLEU" in card and "chrF" in card and "CC-BY 2.0 FR" in card and "pipeline_tag: translation" in card
@@ -283,16 +346,18 @@ def test_a_hub_id_offline_is_one_line(tmp_path, monkeypatch):
 
 def test_an_imported_run_exports_to_ctranslate2_and_translates_alike(imported, tmp_path):
     """The source prefix and the vocabulary of its own reach the CTranslate2 export."""
-    from attn_cli.translator import load_for_decoding, translate
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
 
     result = cli("export", "--run", imported, "--output", tmp_path / "ct2", "--quantization", "float32")
     assert result.exit_code == 0, result.output
-    sentences = held_out_sentences()[:30]
+    sources = [Source(sentence) for sentence in held_out_sentences()[:30]]
     options = DecodeConfig(beam_size=1)
-    ours = translate(load_for_decoding([imported], [], None, "cpu"), sentences, options)
-    exported = translate(load_for_decoding([], [], tmp_path / "ct2", "cpu"), sentences, options)
-    assert [t.texts for t in exported] == [t.texts for t in ours]
-    assert len({t.texts[0] for t in ours}) > 5
+    ours = [t.text for t in translate(load_engine([imported], [], None, "cpu"), sources, options)]
+    exported = [t.text for t in translate(load_engine([], [], tmp_path / "ct2", "cpu"), sources, options)]
+    assert exported == ours
+    assert len(set(ours)) > 5
 
 
 def test_a_config_without_a_key_attn_needs_names_it(marian_dir, tmp_path):
@@ -308,18 +373,24 @@ def test_a_config_without_a_key_attn_needs_names_it(marian_dir, tmp_path):
 
 
 def test_every_part_of_a_long_input_starts_with_the_source_prefix_and_an_empty_line_stays_empty(imported):
-    from attn_cli.decoding.translate import translate_sentences
+    from attn_cli.decoding.parts import split_sources
+    from attn_cli.decoding.pipeline import translate_prepared
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
 
-    checkpoint = load_checkpoint(imported / "checkpoints" / "best.pt")
+    engine = load_engine([imported], [], None, "cpu")
     long_input = " ".join(held_out_sentences()[:40])  # beyond the 127 tokens the model takes at once
-    prefix = checkpoint.tokenizers.source.piece_to_id(PREFIX)
-    limit = checkpoint.config.model.max_sequence_tokens
-    long, empty = translate_sentences(
-        checkpoint.model.eval(), checkpoint.tokenizers, [long_input, ""], DecodeConfig(beam_size=1), limit, "zh"
-    )
-    assert len(long.parts) > 1 and all(part[0] == prefix for part in long.parts)
-    assert all(len(part) <= limit for part in long.parts)
-    assert empty.texts == [""]
+    prefix = engine.tokenizers.source.piece_to_id(PREFIX)
+    limit = engine.config.model.max_sequence_tokens
+    options = DecodeConfig(beam_size=1)
+    prepared = split_sources(engine, [Source(long_input), Source("")], options)
+    long, empty = prepared
+    assert len(long.parts) > 1 and all(part.ids[0] == prefix for part in long.parts)
+    assert all(len(part.ids) <= limit for part in long.parts)
+    assert not empty.parts
+    translations = translate_prepared(engine, prepared, options)
+    assert [note.kind for note in translations[0].notes] == ["split"]
+    assert [c.text for c in translations[1].candidates] == [""]
 
 
 def test_an_output_layer_not_tied_to_the_embeddings_is_refused(marian_dir, tmp_path):

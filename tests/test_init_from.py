@@ -2,11 +2,12 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from support.runs import tiny_config
 
 from attn_cli.checkpoint import load_checkpoint
 from attn_cli.config import ConfigError
-from attn_cli.data.batching import collate, token_batches
+from attn_cli.data.batching import token_batches
+from attn_cli.data.collate import collate
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.setup import setup_training
 

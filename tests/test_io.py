@@ -2,7 +2,8 @@
 
 import pytest
 
-from attn_cli.decoding.io import parse_inputs, read_lines
+from attn_cli.decoding.io import Reading, read_lines
+from attn_cli.decoding.records import Source
 from attn_cli.errors import UserError
 
 
@@ -18,8 +19,11 @@ def test_input_lines_end_at_newlines_only(tmp_path):
 
 
 def test_text_input_lines_are_sources_that_share_the_prefix_flag():
-    assert parse_inputs(["Hello.", "", "Go."], "text", "in.en", prefix="我")[:2] == (["Hello.", "", "Go."], ["我"] * 3)
-    assert parse_inputs(['{"source": "x"}'], "text", "in.en") == (['{"source": "x"}'], [""], [[]])
+    sources = Reading("text", prefix="我").sources(["Hello.", "", "Go."], "in.en")
+    assert [(s.text, s.prefix) for s in sources] == [("Hello.", "我"), ("", "我"), ("Go.", "我")]
+    assert Reading("text").sources(['{"source": "x"}'], "in.en") == [Source('{"source": "x"}', "", ())]
+    # the attention the command asks for goes with every source
+    assert [s.attention for s in Reading("text", attention=True).sources(["a", "b"], "in.en")] == [True, True]
 
 
 def test_jsonl_lines_add_their_own_glossary_to_the_flags():
@@ -27,17 +31,21 @@ def test_jsonl_lines_add_their_own_glossary_to_the_flags():
 
     general = [Term("Tom", ("汤姆",)), Term("cat", ("猫",))]
     lines = ['{"source": "Tom.", "glossary": [["tom", "汤米", "汤姆"], ["dog", "狗"]]}', '{"source": "Go."}']
-    _, _, glossaries = parse_inputs(lines, "jsonl", "in.jsonl", glossary=general)
-    assert glossaries == [[Term("cat", ("猫",)), Term("tom", ("汤米", "汤姆")), Term("dog", ("狗",))], general]
+    sources = Reading("jsonl", glossary=tuple(general)).sources(lines, "in.jsonl")
+    assert [list(s.terms) for s in sources] == [
+        [Term("cat", ("猫",)), Term("tom", ("汤米", "汤姆")), Term("dog", ("狗",))],
+        general,
+    ]
     with pytest.raises(UserError, match=r"in.jsonl line 1: 'glossary'\[1\]: \['dog'\] is not a list of two or more"):
-        parse_inputs(['{"source": "x", "glossary": [["a", "b"], ["dog"]]}'], "jsonl", "in.jsonl")
+        Reading("jsonl").sources(['{"source": "x", "glossary": [["a", "b"], ["dog"]]}'], "in.jsonl")
 
 
 def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
     lines = ['{"source": "Hello.", "prefix": "你"}', '{"source": "Go."}', "", '{"prefix": "", "source": "Tom."}']
-    assert parse_inputs(lines, "jsonl", "in.jsonl")[:2] == (["Hello.", "Go.", "", "Tom."], ["你", "", "", ""])
+    sources = Reading("jsonl").sources(lines, "in.jsonl")
+    assert [(s.text, s.prefix) for s in sources] == [("Hello.", "你"), ("Go.", ""), ("", ""), ("Tom.", "")]
     # --prefix applies to the lines that give none
-    assert parse_inputs(lines, "jsonl", "in.jsonl", prefix="我")[1] == ["你", "我", "我", ""]
+    assert [s.prefix for s in Reading("jsonl", prefix="我").sources(lines, "in.jsonl")] == ["你", "我", "我", ""]
 
 
 @pytest.mark.parametrize(
@@ -53,7 +61,7 @@ def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
 )
 def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem):
     with pytest.raises(UserError) as error:
-        parse_inputs(['{"source": "fine"}', line], "jsonl", "in.jsonl", first_number=7)
+        Reading("jsonl").sources(['{"source": "fine"}', line], "in.jsonl", first_number=7)
     assert str(error.value) == (
         f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "...", "glossary": '
         f'[["term", "target"]]}} (all but "source" optional)'

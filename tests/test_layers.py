@@ -1,6 +1,6 @@
-"""The package's layers import one way (config -> data -> model -> checkpoint -> decoding -> export and
-training; export -> translator -> serving; training -> doctor; everything -> cli), no module imports
-itself back through others, and inference stands without training."""
+"""The package's layers import one way (config -> data -> model -> checkpoint -> decoding -> engines ->
+export, serving and training; training -> doctor; everything -> cli), no module imports itself back
+through others, and inference stands without training."""
 
 import ast
 from pathlib import Path
@@ -18,19 +18,19 @@ ALLOWED = {
     "model": set(),
     "checkpoint": {"data", "model"},
     "decoding": {"data", "model"},
-    "export": {"data", "model", "checkpoint", "decoding"},
-    "translator": {"data", "model", "checkpoint", "decoding", "export"},
-    "serving": {"data", "model", "checkpoint", "decoding", "export", "translator"},
+    "engines": {"data", "model", "checkpoint", "decoding"},
+    "export": {"data", "model", "checkpoint", "decoding", "engines"},
+    "serving": {"data", "model", "checkpoint", "decoding", "engines"},
     "huggingface": {"data", "model", "checkpoint"},
-    "training": {"data", "model", "checkpoint", "decoding"},
-    "doctor": {"data", "model", "checkpoint", "decoding", "training"},
+    "training": {"data", "model", "checkpoint", "decoding", "engines"},
+    "doctor": {"data", "model", "checkpoint", "decoding", "engines", "training"},
     "cli": {
         "data",
         "model",
         "checkpoint",
         "decoding",
+        "engines",
         "export",
-        "translator",
         "serving",
         "huggingface",
         "training",
@@ -44,17 +44,39 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every attn_cli module this file imports, at any depth of the file."""
-    found = set()
+def _imports(path: Path, packages: bool = False) -> dict[str, str]:
+    """Every attn_cli module this file imports, at any depth of the file, each with the first import
+    statement that does (where it is, what it says). With `packages`, also the packages whose
+    __init__.py those imports run (`_packages_run`)."""
+    module = _module_name(path)
+    found: dict[str, str] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        named: list[tuple[str, str]] = []  # (the module the statement names, the module it imports)
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith("attn_cli"))
+            named = [(alias.name, alias.name) for alias in node.names if alias.name.startswith("attn_cli")]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attn_cli"):
             for alias in node.names:  # `from attn_cli.x import y` imports x.y when y is a module
                 submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if _exists(submodule) else node.module)
+                named.append((node.module, submodule if _exists(submodule) else node.module))
+        where = f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)} `{ast.unparse(node)}`"
+        for name, target in named:
+            for package in _packages_run(module, name, target) if packages else []:
+                found.setdefault(package, f"{where} runs {package.replace('.', '/')}/__init__.py")
+            found.setdefault(target, f"{where} imports {target}")
     return found
+
+
+def _packages_run(module: str, named: str, target: str) -> list[str]:
+    """The packages whose __init__.py an import in `module` runs on the way to `target`: importing
+    a.b.c (or `from a.b import c`) runs a/__init__.py and a/b/__init__.py first. Not a package that
+    holds `module` itself, whose __init__.py began before `module` ran, unless the statement names
+    it: `from a.b import c` in a/b/x.py reads the package a.b, which is only half built when it is
+    a/b/__init__.py that imports x (a/b/x.py importing a.b.c by its full name does not)."""
+    parts = module.split(".")
+    holders = {".".join(parts[:end]) for end in range(1, len(parts) + 1)}
+    above = target.split(".")
+    packages = [".".join(above[:end]) for end in range(1, len(above))]
+    return [p for p in packages if p != module and (p not in holders or p == named)]
 
 
 def _exists(module: str) -> bool:
@@ -72,8 +94,9 @@ def _layer(module: str) -> str:
     return parts[1]
 
 
-def _graph() -> dict[str, set[str]]:
-    return {_module_name(path): _imports(path) for path in PACKAGE.rglob("*.py")}
+def _graph(packages: bool = False) -> dict[str, dict[str, str]]:
+    """module -> {each attn_cli module it imports: the statement that does}."""
+    return {_module_name(path): _imports(path, packages) for path in PACKAGE.rglob("*.py")}
 
 
 def test_each_layer_imports_only_the_layers_before_it():
@@ -110,22 +133,29 @@ def test_the_model_imports_nothing_but_torch_and_its_ids():
 
 
 def test_no_module_imports_itself_back_through_others():
-    graph = _graph()
+    """Imports count at any depth of a file, as in the layer test, and so do the packages' __init__.py
+    files they run (`_packages_run`): a/b/x.py doing `from a.b import c`, where a/b/__init__.py
+    imports a/b/y.py, which imports a/b/x.py, is a loop."""
+    graph = _graph(packages=True)
     state: dict[str, str] = {}
+    cycles: list[str] = []
 
     def visit(module: str, trail: list[str]) -> None:
         state[module] = "open"
         for target in sorted(graph.get(module, ())):
-            if state.get(target) == "open":
-                cycle = trail[trail.index(target) :] + [target] if target in trail else [module, target]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if target not in state:
+            if state.get(target) == "open":  # an import back into the trail: a loop
+                cycle = trail[trail.index(target) :] + [target]
+                steps = [f"    {graph[a][b]}" for a, b in zip(cycle, cycle[1:])]
+                cycles.append("import cycle: " + " -> ".join(cycle) + "\n" + "\n".join(steps))
+            elif target not in state:
                 visit(target, trail + [target])
         state[module] = "done"
 
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+    if cycles:
+        raise AssertionError("\n".join(cycles))
 
 
 # Inference: what translating, scoring and exporting a trained model runs, and what a server or a
@@ -140,9 +170,8 @@ INFERENCE = [
     "attn_cli.huggingface.importing",
     "attn_cli.huggingface.exporting",
     "attn_cli.cli.importing",
-    "attn_cli.cli.translator",
+    "attn_cli.cli.decoding_flags",
     "attn_cli.cli.serve",
-    "attn_cli.translator",
 ]
 
 
@@ -161,7 +190,9 @@ def _reachable(start: str, graph: dict[str, set[str]]) -> dict[str, str]:
 def test_inference_imports_nothing_of_training():
     graph = _graph()
     starts = INFERENCE + sorted(
-        m for m in graph if m.startswith(("attn_cli.decoding", "attn_cli.export", "attn_cli.serving"))
+        m
+        for m in graph
+        if m.startswith(("attn_cli.decoding", "attn_cli.engines", "attn_cli.export", "attn_cli.serving"))
     )
     wrong = []
     for start in starts:

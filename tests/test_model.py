@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from conftest import random_source, small_model
+from support.models import random_source, small_model
 
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import Example
+from attn_cli.data.collate import collate
 from attn_cli.model.attention import MultiHeadAttention, causal_mask, key_padding_mask
 from attn_cli.vocab import BOS_ID, PAD_ID
 

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model
+from support.models import lively_model, random_source, small_model
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
-from attn_cli.decoding.hypothesis import ban_repeated_ngrams
+from attn_cli.decoding.search import SearchSettings, ban_repeated_ngrams
 from attn_cli.vocab import BOS_ID
 
 
@@ -32,11 +32,13 @@ def test_no_output_repeats_an_n_gram_and_outputs_without_repeats_are_unchanged(n
     for model in models:
         src = random_source(6, 9, lengths=[9, 3, 5, 7, 8, 4])
         if beam == 1:
-            free = greedy_search(model, src, max_len_a=1.5, max_len_b=8)
-            banned = greedy_search(model, src, max_len_a=1.5, max_len_b=8, no_repeat_ngram=n)
+            free = greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8))
+            banned = greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8, no_repeat_ngram=n))
         else:
-            free = beam_search(model, src, beam, max_len_a=1.5, max_len_b=8)
-            banned = beam_search(model, src, beam, max_len_a=1.5, max_len_b=8, no_repeat_ngram=n)
+            free = beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8))
+            banned = beam_search(
+                model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8, no_repeat_ngram=n)
+            )
         for unconstrained, constrained in zip(free, banned):
             assert not repeats(constrained[0].tokens, n)
             if repeats(unconstrained[0].tokens, n):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import reversal_batch, small_model
+from support.models import reversal_batch, small_model
 
 from attn_cli.model.attention import MultiHeadAttention, causal_mask
 from attn_cli.model.positions import RelativePositionBias, RotaryPositions, relative_buckets
@@ -59,6 +59,7 @@ def test_the_fused_kernel_and_the_explicit_formula_agree_with_relative_positions
     assert torch.all(weights[0, 0].triu(diagonal=1) == 0), "the bias leaves the causal mask whole"
 
 
+@pytest.mark.slow  # trains a model for seconds
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rotary"])
 def test_a_tiny_model_learns_to_reverse_its_input(positions, one_thread):
     """Reversing needs positions: without them the encoder could not tell the tokens' order."""

@@ -10,15 +10,17 @@ all k beams extend it, where the unconstrained beam shared them with other hypot
 
 import pytest
 import torch
-from conftest import lively_model, random_source, small_model, unpadded
-from reference_search import reference_beam_search
+from support.decoding import engine_of
+from support.models import lively_model, random_source, small_model, unpadded
+from support.reference_search import reference_beam_search
+from support.runs import numbered_tokenizers
 
 from attn_cli.config import DecodeConfig
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.collate import padded_sources
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
-from attn_cli.decoding.hypothesis import next_token_log_probs
-from attn_cli.decoding.translate import decode_batch
+from attn_cli.decoding.records import Part
+from attn_cli.decoding.search import SearchSettings, next_token_log_probs, output_constraints
 from attn_cli.vocab import BOS_ID
 
 SHORT = dict(max_len_a=1.0, max_len_b=6)
@@ -34,10 +36,10 @@ def test_every_output_begins_with_the_prefix(search):
     src = random_source(3, 7, lengths=[7, 3, 5])
     prefix = [7, 19, 4]
     if search == "greedy":
-        results = greedy_search(model, src, **SHORT, prefix=_prefix(3, prefix))
+        results = greedy_search(model, src, SearchSettings(**SHORT), prefix=_prefix(3, prefix))
     else:
-        results = beam_search(model, src, beam_size=3, n_best=3, **SHORT, prefix=_prefix(3, prefix))
-    unconstrained = greedy_search(model, src, **SHORT)
+        results = beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=_prefix(3, prefix))
+    unconstrained = greedy_search(model, src, SearchSettings(**SHORT))
     assert all(hypotheses[0].tokens[:3] != prefix for hypotheses in unconstrained)  # the prefix changes something
     for hypotheses in results:
         assert hypotheses and all(h.tokens[:3] == prefix for h in hypotheses)
@@ -55,13 +57,13 @@ def _prefix_log_prob(model, src_row: torch.Tensor, prefix: list[int]) -> float:
 def test_a_prefix_of_the_greedy_output_gives_that_output_again(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
-    unconstrained = greedy_search(model, src, **SHORT)
+    unconstrained = greedy_search(model, src, SearchSettings(**SHORT))
     tested = 0
     for row in range(src.shape[0]):
         source = unpadded(src, row)[None]
         (best,) = unconstrained[row]
         for k in range(1, len(best.tokens) + 1):
-            (found,) = greedy_search(model, source, **SHORT, prefix=torch.tensor([best.tokens[:k]]))[0]
+            (found,) = greedy_search(model, source, SearchSettings(**SHORT), prefix=torch.tensor([best.tokens[:k]]))[0]
             assert found.tokens == best.tokens
             # The prefix's own tokens are not scored: the rest of the log-probability is.
             rest = best.log_prob - _prefix_log_prob(model, source[0], best.tokens[:k])
@@ -76,7 +78,9 @@ def test_beam_search_from_a_prefix_equals_the_reference_search(seed, beam_size, 
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     prefix = [11, 23]
-    batched = beam_search(model, src, beam_size, alpha, n_best=beam_size, **SHORT, prefix=_prefix(4, prefix))
+    batched = beam_search(
+        model, src, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT), prefix=_prefix(4, prefix)
+    )
     for row in range(src.shape[0]):
         reference = reference_beam_search(model, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix))
         assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
@@ -90,8 +94,8 @@ def test_a_beam_of_one_from_a_prefix_is_greedy_decoding_from_it(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     prefix = _prefix(4, [9, 30, 12])
-    beam = beam_search(model, src, beam_size=1, alpha=0.6, **SHORT, prefix=prefix)
-    greedy = greedy_search(model, src, alpha=0.6, **SHORT, prefix=prefix)
+    beam = beam_search(model, src, SearchSettings(1, alpha=0.6, **SHORT), prefix=prefix)
+    greedy = greedy_search(model, src, SearchSettings(alpha=0.6, **SHORT), prefix=prefix)
     for (b,), (g,) in zip(beam, greedy):
         assert b.tokens == g.tokens
         assert b.log_prob == pytest.approx(g.log_prob, abs=1e-4) and b.score == pytest.approx(g.score, abs=1e-4)
@@ -134,9 +138,9 @@ def test_the_search_primes_the_cache_in_one_decoder_call(search, monkeypatch):
     src = random_source(2, 6)
     prefix = _prefix(2, [8, 9, 10, 11])
     if search == "greedy":
-        greedy_search(model, src, **SHORT, prefix=prefix)
+        greedy_search(model, src, SearchSettings(**SHORT), prefix=prefix)
     else:
-        beam_search(model, src, beam_size=3, **SHORT, prefix=prefix)
+        beam_search(model, src, SearchSettings(3, alpha=0.6, **SHORT), prefix=prefix)
     assert widths[0] == 5 and len(widths) > 1 and set(widths[1:]) == {1}  # BOS + 4 prefix tokens, then one at a time
 
 
@@ -148,8 +152,8 @@ def test_the_length_limit_counts_the_prefix(search):
     def decode(prefix, **limits):
         prefix = _prefix(3, prefix)
         if search == "greedy":
-            return greedy_search(model, src, **limits, prefix=prefix)
-        return beam_search(model, src, beam_size=3, n_best=3, **limits, prefix=prefix)
+            return greedy_search(model, src, SearchSettings(**limits), prefix=prefix)
+        return beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **limits), prefix=prefix)
 
     outputs = [h.tokens for hypotheses in decode([7, 8, 9], max_len_a=0.0, max_len_b=5) for h in hypotheses]
     assert all(len(tokens) <= 5 for tokens in outputs) and any(len(tokens) == 5 for tokens in outputs)
@@ -164,19 +168,22 @@ def test_the_length_limit_counts_the_prefix(search):
 
 @pytest.mark.parametrize("options", [DecodeConfig(beam_size=1, **SHORT), DecodeConfig(beam_size=3, n_best=2, **SHORT)])
 def test_a_batch_with_prefixes_of_different_lengths_equals_each_sentence_alone(options):
-    model = lively_model(2)
+    tokenizers = numbered_tokenizers()
+    vocab = tokenizers.target.vocab_size
+    model = lively_model(2, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    search = engine_of(model, tokenizers).searcher(options)
     sources = [torch.randint(4, 50, (n,)).tolist() for n in (7, 2, 5, 9, 4)]
     prefixes = [[12, 13], [], [20], [12, 13, 14], [25, 26]]
-    batch = collate([Example(i, source, []) for i, source in enumerate(sources)])
-    together = decode_batch(model, batch.src, options, prefixes=prefixes)
+    together = search([Part(tuple(source), tuple(prefix)) for source, prefix in zip(sources, prefixes)])
     for row, (source, prefix) in enumerate(zip(sources, prefixes)):
-        (alone,) = decode_batch(model, collate([Example(0, source, [])]).src, options, prefixes=[prefix])
+        (alone,) = search([Part(tuple(source), tuple(prefix))])
         assert [h.tokens for h in together[row]] == [h.tokens for h in alone]
         assert all(h.tokens[: len(prefix)] == prefix for h in alone)
         for ours, theirs in zip(together[row], alone):
             assert ours.score == pytest.approx(theirs.score, abs=1e-4)
     # no prefix at all: the batch as it always was
-    unforced = decode_batch(model, batch.src, options, prefixes=[[] for _ in sources])
-    assert [[h.tokens for h in hs] for hs in unforced] == [
-        [h.tokens for h in hs] for hs in decode_batch(model, batch.src, options)
-    ]
+    unforced = search([Part(tuple(source), ()) for source in sources])
+    settings = SearchSettings.of(options, output_constraints(tokenizers.target, options))
+    src = padded_sources(sources)
+    plain = greedy_search(model, src, settings) if options.beam_size == 1 else beam_search(model, src, settings)
+    assert [[h.tokens for h in hs] for hs in unforced] == [[h.tokens for h in hs] for hs in plain]

@@ -9,7 +9,8 @@ import pytest
 
 from attn_cli.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from attn_cli.data import prepare as prepare_module
-from attn_cli.data.batching import collate, token_batches
+from attn_cli.data.batching import token_batches
+from attn_cli.data.collate import collate
 from attn_cli.data.prepare import encode_pairs, prepare_data
 from attn_cli.data.prepared import TokenizedPairsWriter, entry_name, open_prepared
 from attn_cli.data.tokenizer import train_tokenizers

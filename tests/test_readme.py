@@ -2,7 +2,7 @@
 
 import re
 
-from conftest import REPO
+from support.runs import REPO
 
 
 def test_ci_runs_the_readme_test_command():

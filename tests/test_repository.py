@@ -2,7 +2,7 @@
 
 import subprocess
 
-from conftest import REPO
+from support.runs import REPO
 
 
 def test_no_tracked_file_points_at_a_shared_folder_beside_the_repository():

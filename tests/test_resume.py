@@ -6,7 +6,7 @@ import signal
 
 import pytest
 import torch
-from conftest import tiny_config, train_tiny
+from support.runs import tiny_config, train_tiny
 
 from attn_cli.config import ConfigError
 from attn_cli.training.state import resume_config

@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
-from conftest import lively_model, random_source
+from support.models import lively_model, random_source
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search, sampler
-from attn_cli.decoding.hypothesis import restrict_next_tokens
+from attn_cli.decoding.search import SearchSettings, restrict_next_tokens
 from attn_cli.vocab import EOS_ID, PAD_ID
 
 ALLOWED = 2  # tokens a row may search before the rule below forbids every token, EOS included
@@ -32,14 +32,14 @@ class ForbidsRowOne:
 
 
 def searches(model, src):
-    rule = [ForbidsAllAfter()]
+    rule = (ForbidsAllAfter(),)
     generator = torch.Generator().manual_seed(3)
     return {
-        "greedy": greedy_search(model, src, max_len_b=8, constraints=rule),
+        "greedy": greedy_search(model, src, SearchSettings(max_len_b=8, constraints=rule)),
         "sampling": greedy_search(
-            model, src, max_len_b=8, constraints=rule, choose=sampler(generator=generator), samples=2
+            model, src, SearchSettings(n_best=2, max_len_b=8, constraints=rule), choose=sampler(generator=generator)
         ),
-        "beam": beam_search(model, src, beam_size=3, max_len_b=8, n_best=1, constraints=rule),
+        "beam": beam_search(model, src, SearchSettings(3, n_best=1, alpha=0.6, max_len_b=8, constraints=rule)),
     }
 
 

@@ -6,12 +6,16 @@ import math
 
 import pytest
 import torch
-from serving import SENTENCES, reference, server_of
+from support.serving import SENTENCES, reference, server_of
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from attn_cli.serving.app import create_app  # noqa: E402
+
+
+def _texts(translation):
+    return [candidate.text for candidate in translation.candidates]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +27,7 @@ def served(served_checkpoint):
 
 def test_translate_answers_what_attn_translate_gives(served):
     server, client = served
-    expected = [t.texts[0] for t in reference(server, SENTENCES)]
+    expected = [t.text for t in reference(server, SENTENCES)]
     assert any(expected), "the random model should say something"
     for sentence, translation in zip(SENTENCES, expected):
         answer = client.post("/translate", json={"q": sentence, "source": "en", "target": "zh"})
@@ -42,7 +46,7 @@ def test_form_fields_answer_as_json_does(served):
 
 def test_lines_are_translated_one_by_one(served):
     server, client = served
-    expected = [t.texts[0] for t in reference(server, SENTENCES[:2])]
+    expected = [t.text for t in reference(server, SENTENCES[:2])]
     answer = client.post("/translate", json={"q": "\n".join(SENTENCES[:2]), "source": "en", "target": "zh"})
     assert answer.json()["translatedText"] == "\n".join(expected)
 
@@ -52,8 +56,8 @@ def test_auto_source_and_alternatives_are_the_n_best(served):
     best = reference(server, SENTENCES[:1], n_best=3, beam_size=5)[0]
     answer = client.post("/translate", json={"q": SENTENCES[0], "source": "auto", "target": "zh", "alternatives": 2})
     assert answer.json() == {
-        "translatedText": best.texts[0],
-        "alternatives": best.texts[1:3],
+        "translatedText": best.text,
+        "alternatives": _texts(best)[1:3],
         "detectedLanguage": {"confidence": 100.0, "language": "en"},
     }
 
@@ -73,7 +77,7 @@ def test_html_keeps_tags_and_translates_the_text_between(served):
         '<p class="intro" data-x="1">sentence number 3 <b>number 5</b></p>'
         "<script>var s = 'sentence number 3';</script><code>number 5</code>"
     )
-    first, second = (t.texts[0] for t in reference(server, ["sentence number 3", "number 5"]))
+    first, second = (t.text for t in reference(server, ["sentence number 3", "number 5"]))
     answer = client.post("/translate", json={"q": document, "source": "en", "target": "zh", "format": "html"})
     assert answer.json()["translatedText"] == (
         f'<p class="intro" data-x="1">{first} <b>{second}</b></p>'
@@ -87,23 +91,33 @@ def test_v1_options_are_the_cli_s(served):
     expected = reference(server, SENTENCES[:2], **options)
     answer = client.post("/v1/translate", json={"q": "\n".join(SENTENCES[:2]), **options}).json()
     sentences = answer["translations"][0]["sentences"]
-    assert [s["translation"] for s in sentences] == [t.texts[0] for t in expected]
+    assert [s["translation"] for s in sentences] == [t.text for t in expected]
     for sentence, translation in zip(sentences, expected):
-        assert [n["translation"] for n in sentence["n_best"]] == translation.texts
-        assert [n["score"] for n in sentence["n_best"]] == pytest.approx(translation.scores)
+        assert [n["translation"] for n in sentence["n_best"]] == _texts(translation)
+        assert [n["score"] for n in sentence["n_best"]] == pytest.approx(
+            [c.score for c in translation.candidates], abs=1e-4
+        )
+        assert [n["tokens"] for n in sentence["n_best"]] == [c.tokens for c in translation.candidates]
+
+
+def test_v1_n_best_beyond_the_model_s_beam_widens_the_beam(served):
+    """An n-best list longer than the model's beam, without a beam_size, is searched by a beam as wide as the list."""
+    server, client = served
+    default_beam = next(iter(server.models)).engine.config.decode.beam_size
+    n_best = default_beam + 2
+    expected = reference(server, SENTENCES[:1], beam_size=n_best, n_best=n_best)[0]
+    answer = client.post("/v1/translate", json={"q": SENTENCES[0], "n_best": n_best})
+    assert answer.status_code == 200, answer.text
+    assert [n["translation"] for n in answer.json()["translations"][0]["sentences"][0]["n_best"]] == _texts(expected)
+    assert len(_texts(expected)) == n_best
 
 
 def test_v1_prefix_and_sampling_follow_the_cli(served):
     server, client = served
-    from attn_cli.decoding.options import override_decode
-    from attn_cli.translator import translate
-
-    loaded = next(iter(server.models)).loaded
-    options = override_decode(loaded.config.decode, {"beam_size": 1})
-    expected = translate(loaded, SENTENCES[:1], options, prefixes=["句子"])[0].texts[0]
+    expected = reference(server, SENTENCES[:1], prefixes=["句子"], beam_size=1)[0].text
     answer = client.post("/v1/translate", json={"q": SENTENCES[0], "beam_size": 1, "prefix": "句子"}).json()
     assert answer["translations"][0]["translation"] == expected and expected.startswith("句子")
-    sampled = reference(server, SENTENCES[:1], sample=True, seed=7, n_best=2)[0].texts
+    sampled = _texts(reference(server, SENTENCES[:1], sample=True, seed=7, n_best=2)[0])
     answer = client.post("/v1/translate", json={"q": SENTENCES[0], "sample": True, "seed": 7, "n_best": 2}).json()
     assert [n["translation"] for n in answer["translations"][0]["sentences"][0]["n_best"]] == sampled
 
@@ -111,24 +125,24 @@ def test_v1_prefix_and_sampling_follow_the_cli(served):
 def test_v1_glossary_is_what_attn_translate_does_with_it(served):
     server, client = served
     from attn_cli.decoding.glossary import Term
-    from attn_cli.decoding.options import override_decode
-    from attn_cli.translator import translate
 
-    loaded = next(iter(server.models)).loaded
-    options = override_decode(loaded.config.decode, {"beam_size": 3, "n_best": 2})
     terms = [Term("number", ("号", "句子")), Term("sentence", ("7",))]
-    expected = translate(loaded, SENTENCES, options, glossaries=[terms] * len(SENTENCES))
+    expected = reference(server, SENTENCES, glossaries=[terms] * len(SENTENCES), beam_size=3, n_best=2)
     body = {"q": SENTENCES, "beam_size": 3, "n_best": 2, "glossary": [["number", "号", "句子"], ["sentence", "7"]]}
     answer = client.post("/v1/translate", json=body)
     assert answer.status_code == 200, answer.text
     sentences = [t["sentences"][0] for t in answer.json()["translations"]]
-    assert [[n["translation"] for n in s["n_best"]] for s in sentences] == [t.texts for t in expected]
+    assert [[n["translation"] for n in s["n_best"]] for s in sentences] == [_texts(t) for t in expected]
     assert [s["terms"] for s in sentences] == [t.terms for t in expected] and all(s["terms"] for s in sentences)
     assert all(not s["unmet_terms"] for s in sentences)
     assert all("7" in n["translation"] for s in sentences for n in s["n_best"] if "sentence" in s["terms"])
     for bad, problem in [
         ({"glossary": [["number"]]}, "glossary[0]: ['number'] is not a list of two or more non-empty strings"),
-        ({"glossary": [["number", "号"]], "beam_size": 1}, "glossary: terms are placed by beam search only"),
+        (
+            {"glossary": [["number", "号"]], "beam_size": 1},
+            "glossary: terms are placed by beam search, and greedy search (beam 1) cannot place them; "
+            "set beam_size to 2 or more and sample to false",
+        ),
     ]:
         refused = client.post("/v1/translate", json={"q": SENTENCES[0], **bad})
         assert refused.status_code == 400 and problem in refused.json()["error"], refused.text
@@ -141,13 +155,15 @@ def test_confidence_is_the_geometric_mean_of_the_chosen_tokens_probabilities(ser
     for extra in ({}, {"prefix": "句子"}):
         answer = client.post("/v1/translate", json={"q": SENTENCES[2], "beam_size": 1, **extra}).json()
         sentence = answer["translations"][0]["sentences"][0]
-        from attn_cli.translator import translate
+        from attn_cli.decoding.parts import split_sources
+        from attn_cli.decoding.records import Source
 
-        loaded = next(iter(server.models)).loaded
-        options = dataclasses.replace(loaded.config.decode, beam_size=1)
+        engine = next(iter(server.models)).engine
+        options = dataclasses.replace(engine.config.decode, beam_size=1)
         prefixes = [extra["prefix"]] if extra else None
-        best = translate(loaded, SENTENCES[2:3], options, prefixes)[0].outputs[0][0]
-        given = len(loaded.tokenizers.target.encode(prefixes)[0]) if extra else 0
+        (prepared,) = split_sources(engine, [Source(SENTENCES[2], extra.get("prefix", ""))], options)
+        best = engine.searcher(options)(prepared.parts)[0][0]  # the one part's best hypothesis
+        given = len(engine.tokenizers.target.encode(prefixes)[0]) if extra else 0
         chosen = len(best.tokens) + 1 - given
         assert sentence["confidence"] == pytest.approx(math.exp(best.log_prob / chosen), rel=1e-5)
         assert sentence["confidence"] != pytest.approx(math.exp(sentence["score"]), rel=1e-3)
@@ -208,9 +224,11 @@ def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_p
     import dataclasses as dc
 
     from attn_cli.checkpoint import load_checkpoint, save_checkpoint
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
     from attn_cli.serving.models import ServedModels
     from attn_cli.serving.server import Server
-    from attn_cli.translator import load_for_decoding, translate
 
     original = load_checkpoint(served_checkpoint)
     torch.manual_seed(1)
@@ -218,7 +236,7 @@ def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_p
         parameter.data.add_(torch.randn_like(parameter) * 0.5)
     reverse_config = dc.replace(original.config, data=dc.replace(original.config.data, src_lang="zh", tgt_lang="en"))
     save_checkpoint(tmp_path / "zh-en.pt", reverse_config, original.tokenizers, original.model, step=1, epoch=1)
-    loaded = [load_for_decoding([], [path], None, "cpu") for path in (served_checkpoint, tmp_path / "zh-en.pt")]
+    loaded = [load_engine([], [path], None, "cpu") for path in (served_checkpoint, tmp_path / "zh-en.pt")]
     server = Server(ServedModels(loaded))
     with TestClient(create_app(server)) as client:
         assert [(lang["code"], lang["targets"]) for lang in client.get("/languages").json()] == [
@@ -229,7 +247,7 @@ def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_p
             answer = client.post("/translate", json={"q": SENTENCES[0], "source": source, "target": target}).json()
             assert (
                 answer["translatedText"]
-                == translate(loaded[model], SENTENCES[:1], loaded[model].config.decode)[0].texts[0]
+                == translate(loaded[model], [Source(SENTENCES[0])], loaded[model].config.decode)[0].text
             )
         assert client.post("/translate", json={"q": "x", "source": "en", "target": "en"}).status_code == 400
         named = client.post("/v1/translate", json={"q": SENTENCES[0], "model": "zh-en"}).json()
@@ -240,21 +258,25 @@ def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_p
 def test_a_ctranslate2_export_is_served_as_attn_translate_model_decodes_it(served_checkpoint, tmp_path):
     pytest.importorskip("ctranslate2")
     from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
     from attn_cli.export.convert import export
     from attn_cli.serving.models import ServedModels
     from attn_cli.serving.server import Server
-    from attn_cli.translator import load_for_decoding, translate
 
     checkpoint = load_checkpoint(served_checkpoint)
     export(checkpoint.config, checkpoint.tokenizers, checkpoint.model, tmp_path / "exported", "float32")
-    loaded = load_for_decoding([], [], tmp_path / "exported", "cpu")
-    expected = [t.texts[0] for t in translate(loaded, SENTENCES, loaded.config.decode)]
+    loaded = load_engine([], [], tmp_path / "exported", "cpu")
+    assert loaded.capabilities.backend == "ctranslate2"
+    expected = [t.text for t in translate(loaded, [Source(s) for s in SENTENCES], loaded.config.decode)]
     with TestClient(create_app(Server(ServedModels([loaded])))) as client:
         answer = client.post("/translate", json={"q": SENTENCES, "source": "en", "target": "zh"})
         assert answer.json() == {"translatedText": expected}
         assert client.get("/v1/models").json()["models"][0]["backend"] == "ctranslate2"
         refused = client.post("/v1/translate", json={"q": SENTENCES[0], "alignment": True})
         assert refused.status_code == 400 and "ctranslate2" in refused.json()["error"]
+        assert refused.json()["error"].startswith("attention: CTranslate2 gives no one model's attention weights")
         assert "prefix" in client.post("/v1/translate", json={"q": SENTENCES[0], "prefix": "句子"}).json()["error"]
 
 
@@ -262,6 +284,7 @@ def test_a_sentence_longer_than_the_model_takes_is_split(served):
     server, client = served
     long_line = " ".join(f"sentence number {i}," for i in range(60))  # some 240 tokens: more than 159
     expected = reference(server, [long_line])[0]
-    assert "parts" in expected.note
+    assert [note.kind for note in expected.notes] == ["split"] and "parts" in expected.notes[0].message
     answer = client.post("/v1/translate", json={"q": long_line}).json()["translations"][0]["sentences"][0]
-    assert answer["translation"] == expected.texts[0] and answer["note"] == expected.note
+    assert answer["translation"] == expected.text
+    assert answer["notes"] == [{"kind": note.kind, "message": note.message} for note in expected.notes]

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 import pytest
-from serving import SENTENCES, reference, server_of
+from support.serving import SENTENCES, reference, server_of
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -17,12 +17,13 @@ def _client(app):
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://attn")
 
 
-async def _send_while_stopped(server, bodies, path="/translate"):
+async def _send_while_stopped(server, bodies, path="/translate", queued=None):
     """Send every body while the worker is not running, then start it: the requests queue up
-    together, as concurrent ones do under load."""
+    together, as concurrent ones do under load. `queued`: how many of them join the queue (all, unless
+    some are refused as they arrive)."""
     async with _client(create_app(server)) as client:
         sent = [asyncio.ensure_future(client.post(path, json=body)) for body in bodies]
-        while server.batchers["en-zh"].stats.requests < len(bodies):
+        while server.batchers["en-zh"].stats.requests < (len(bodies) if queued is None else queued):
             await asyncio.sleep(0.01)
         server.start()
         try:
@@ -36,7 +37,7 @@ def test_concurrent_requests_decode_together_and_answer_as_alone(served_checkpoi
     server = server_of(served_checkpoint, batching=batching)
     sentences = SENTENCES * 3
     answers = asyncio.run(_send_while_stopped(server, [{"q": s, "source": "en", "target": "zh"} for s in sentences]))
-    alone = [reference(server, [sentence])[0].texts[0] for sentence in sentences]
+    alone = [reference(server, [sentence])[0].text for sentence in sentences]
     assert [answer.json()["translatedText"] for answer in answers] == alone
     stats = server.batchers["en-zh"].stats
     assert stats.requests == len(sentences)
@@ -60,7 +61,7 @@ def test_a_lone_client_is_answered_without_waiting_for_company(served_checkpoint
                 server.stop()
 
     answers = asyncio.run(scenario())
-    assert [a.json()["translatedText"] for a in answers] == [reference(server, [s])[0].texts[0] for s in SENTENCES[:2]]
+    assert [a.json()["translatedText"] for a in answers] == [reference(server, [s])[0].text for s in SENTENCES[:2]]
     assert server.batchers["en-zh"].stats.calls == 2
 
 
@@ -70,7 +71,7 @@ def test_requests_with_other_options_are_decoded_apart(served_checkpoint):
     answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
     for body, answer in zip(bodies, answers):
         options = {k: v for k, v in body.items() if k != "q"}
-        assert answer.json()["translations"][0]["translation"] == reference(server, [body["q"]], **options)[0].texts[0]
+        assert answer.json()["translations"][0]["translation"] == reference(server, [body["q"]], **options)[0].text
     assert server.batchers["en-zh"].stats.calls == 3
 
 
@@ -78,10 +79,41 @@ def test_a_bad_request_in_a_batch_fails_alone(served_checkpoint):
     server = server_of(served_checkpoint)
     too_long = "句子" * 200  # more target tokens than the model can output
     bodies = [{"q": SENTENCES[0]}, {"q": SENTENCES[1], "prefix": too_long}, {"q": SENTENCES[2]}]
-    answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate"))
+    # The prefix is encoded as the request arrives: refused then, it never joins the others in the queue.
+    answers = asyncio.run(_send_while_stopped(server, bodies, "/v1/translate", queued=2))
     assert [answer.status_code for answer in answers] == [200, 400, 200]
     assert "prefix" in answers[1].json()["error"]
-    assert answers[2].json()["translations"][0]["translation"] == reference(server, [SENTENCES[2]])[0].texts[0]
+    assert answers[2].json()["translations"][0]["translation"] == reference(server, [SENTENCES[2]])[0].text
+    assert server.batchers["en-zh"].stats.requests == 2
+
+
+def test_a_request_that_fails_in_the_decoding_call_fails_alone(served_checkpoint, monkeypatch):
+    """A request whose decoding fails, decoded together with others: the others are decoded again
+    without it and answered, and it alone gets the error."""
+    from attn_cli.errors import UserError
+
+    server = server_of(served_checkpoint)
+    expected = [t.text for t in reference(server, SENTENCES[:3])]
+    engine = next(iter(server.models)).engine
+    bad = tuple(engine.tokenizers.prefixed(engine.tokenizers.source.encode([SENTENCES[1]]))[0])
+    searcher = engine.searcher
+
+    def failing_searcher(options):
+        search = searcher(options)
+
+        def failing(parts, terms=None):
+            if any(part.ids == bad for part in parts):
+                raise UserError("this sentence cannot be decoded")
+            return search(parts, terms)
+
+        return failing
+
+    monkeypatch.setattr(engine, "searcher", failing_searcher)
+    answers = asyncio.run(_send_while_stopped(server, [{"q": s} for s in SENTENCES[:3]], "/v1/translate"))
+    assert [answer.status_code for answer in answers] == [200, 400, 200]
+    assert "cannot be decoded" in answers[1].json()["error"]
+    assert [answers[i].json()["translations"][0]["translation"] for i in (0, 2)] == [expected[0], expected[2]]
+    assert server.batchers["en-zh"].stats.calls == 2, "the call of all three failed; then each alone, two decoded"
 
 
 def test_a_full_queue_answers_429_and_accepted_requests_are_still_answered(served_checkpoint):
@@ -173,6 +205,6 @@ def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(served_checkpoin
     departed, staying = asyncio.run(scenario())
     assert departed[0]["status"] == 499
     assert staying.status_code == 200
-    assert staying.json()["translatedText"] == reference(server, [SENTENCES[1]])[0].texts[0]
+    assert staying.json()["translatedText"] == reference(server, [SENTENCES[1]])[0].text
     stats = server.batchers["en-zh"].stats
     assert stats.cancelled == 1 and stats.sentences == 1, "the departed client's sentence was never decoded"

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, checkpoint_parts, small_model
+from support.models import small_model
+from support.runs import REPO, checkpoint_parts
 
+pytestmark = pytest.mark.browser
 pytest.importorskip("fastapi", reason="attn serve needs the serve extra: pip install -e '.[serve]'")
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="the page is tested with selenium: pip install -e '.[test]'"

@@ -14,7 +14,9 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from serving import SENTENCES, reference, server_of
+from support.serving import SENTENCES, reference, server_of
+
+pytestmark = pytest.mark.slow  # starts attn serve processes
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -22,7 +24,7 @@ pytest.importorskip("uvicorn")
 
 @pytest.fixture(scope="module")
 def expected(served_checkpoint):
-    return [t.texts[0] for t in reference(server_of(served_checkpoint), SENTENCES)]
+    return [t.text for t in reference(server_of(served_checkpoint), SENTENCES)]
 
 
 def free_port() -> int:

@@ -5,10 +5,12 @@ import random
 
 import pytest
 import torch
-from conftest import hello_tokenizers, lively_model, random_source, small_model
+from support.models import lively_model, random_source, small_model
+from support.runs import hello_tokenizers
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.decoding.stutter import NoStutter, has_new_stutter, stutters
 from attn_cli.vocab import BOS_ID
 
@@ -72,11 +74,13 @@ def test_no_output_stutters_and_outputs_without_stutter_are_unchanged(beam):
     for model in (small_model(), lively_model(3), lively_model(4)):  # the untrained one repeats itself
         src = random_source(6, 9, lengths=[9, 3, 5, 7, 8, 4])
         search = (
-            (lambda **kw: greedy_search(model, src, max_len_a=1.5, max_len_b=8, **kw))
+            (lambda **kw: greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8, **kw)))
             if beam == 1
-            else (lambda **kw: beam_search(model, src, beam, max_len_a=1.5, max_len_b=8, **kw))
+            else (
+                lambda **kw: beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8, **kw))
+            )
         )
-        for unconstrained, constrained in zip(search(), search(constraints=[CONSTRAINT])):
+        for unconstrained, constrained in zip(search(), search(constraints=(CONSTRAINT,))):
             text = text_of(constrained[0].tokens)
             assert not stutters(text) and not has_new_stutter(text, 0), text
             if has_new_stutter(text_of(unconstrained[0].tokens), 0):
@@ -93,7 +97,7 @@ def test_a_forced_prefix_counts_as_output():
     src = random_source(2, 6)
     prefix = torch.tensor([[guo, guo], [guo, guo]])
     free = greedy_search(model, src, prefix=prefix)
-    kept = greedy_search(model, src, prefix=prefix, constraints=[CONSTRAINT])
+    kept = greedy_search(model, src, SearchSettings(constraints=(CONSTRAINT,)), prefix=prefix)
     for unconstrained, constrained in zip(free, kept):
         assert unconstrained[0].tokens[:3] == [guo] * 3
         assert constrained[0].tokens[:2] == [guo, guo] and not has_new_stutter(text_of(constrained[0].tokens), 0)
@@ -119,7 +123,7 @@ def test_the_tokenizer_s_texts():
 def test_a_tokenizer_s_output_constraints_are_built_once_and_follow_the_option():
     """A server searches once per batch of requests: the vocabulary is indexed once, not each time."""
     from attn_cli.config import DecodeConfig
-    from attn_cli.decoding.translate import output_constraints
+    from attn_cli.decoding.search import output_constraints
     from attn_cli.decoding.utf8 import Utf8Constraint
 
     target = hello_tokenizers().target

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import checkpoint_parts, reversal_batch, small_model, train_tiny
+from support.models import reversal_batch, small_model
+from support.runs import checkpoint_parts, train_tiny
 
 from attn_cli.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attn_cli.decoding.greedy import greedy_decode
@@ -13,6 +14,7 @@ from attn_cli.training.setup import inverse_sqrt_schedule
 from attn_cli.vocab import PAD_ID
 
 
+@pytest.mark.slow  # trains a model for seconds
 def test_tiny_model_learns_to_reverse_sequences(one_thread):
     torch.manual_seed(0)
     model = small_model(src_vocab_size=14, tgt_vocab_size=14, d_model=64, ffn_dim=128).train()

@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-from conftest import parameters_of, random_examples, small_model
+from support.models import parameters_of, random_examples, small_model
 
-from attn_cli.data.batching import collate
+from attn_cli.data.collate import collate
 from attn_cli.training import step as training_step
 from attn_cli.training.precision import resolve_precision
 from attn_cli.training.state import load_optimizer_state

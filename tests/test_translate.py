@@ -1,7 +1,7 @@
-"""translate.py and the decode options of `attn translate`: fitting long inputs, batching and
-putting results back in order, n-best lists, and flags over the checkpoint's config.
+"""The translation pipeline and the decode options of `attn translate`: fitting long inputs,
+batching and putting results back in order, n-best lists, and flags over the checkpoint's config.
 
-The tokenizers are the tiny trained run's (the session fixture in conftest.py). The model is a
+The tokenizers are the tiny trained run's (the session fixture `trained_run`, tests/conftest.py). The model is a
 "lively" random one of the same vocabulary: the trained tiny model translates every input to the
 same empty line, which would let a mixed-up order pass.
 """
@@ -10,19 +10,27 @@ import dataclasses
 import io
 import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import lively_model, random_source
+from support.decoding import engine_of, sources_of
+from support.models import lively_model, random_source, unpadded
 
 from attn_cli.checkpoint import load_checkpoint
-from attn_cli.cli.translator import decode_options
+from attn_cli.cli.decoding_flags import decode_options
 from attn_cli.config import DecodeConfig
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import Example
+from attn_cli.data.collate import collate
 from attn_cli.decoding.beam import beam_search
+from attn_cli.decoding.engine import refusals
 from attn_cli.decoding.greedy import greedy_search, sampler
+from attn_cli.decoding.hypothesis import Hypothesis
 from attn_cli.decoding.io import stdin_batches
-from attn_cli.decoding.translate import _BOUNDARY_ENDINGS, decode_batch, fit_to_length, translate_sentences
+from attn_cli.decoding.parts import _BOUNDARY_ENDINGS, fit_to_length, split_sources
+from attn_cli.decoding.pipeline import assemble, decode, translate
+from attn_cli.decoding.records import Part, Source, Translation
+from attn_cli.decoding.search import SearchSettings, output_constraints
 from attn_cli.errors import UserError
 
 # Lengths differ and the longest comes first, so length-sorted batches reorder them; two are empty.
@@ -125,7 +133,7 @@ def test_split_rules_hold_with_the_real_tokenizer(tokenizers):
         _assert_valid_split(ids, parts, limit, pieces)
 
 
-# --- translate_sentences ---------------------------------------------------------------------------
+# --- the translation pipeline --------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +147,53 @@ def _model(tokenizers, seed: int = 0, **overrides):
     )
 
 
-def _alone(model, ids: list[int], options: DecodeConfig, tokenizers):
-    """The hypotheses of one source, decoded in a batch of its own, with the constraints
-    translate_sentences keeps (the random model writes byte pieces)."""
-    from attn_cli.decoding.translate import output_constraints
+def _translate(model, tokenizers, sentences, options, max_source_tokens=255, target_language="zh", **given):
+    """The pipeline's translations of `sentences` with attn's own engine of `model`; `given` may hold
+    `prefixes` (one per sentence) and `on_batch`."""
+    engine = engine_of(model, tokenizers, max_source_tokens, target_language)
+    return translate(engine, sources_of(sentences, given.get("prefixes")), options, given.get("on_batch"))
 
-    constraints = output_constraints(tokenizers.target, options)
-    return decode_batch(model, collate([Example(0, ids, [])]).src, options, constraints=constraints)[0]
+
+@dataclasses.dataclass
+class _Traced:
+    """A translation with what the pipeline made of its source: the parts the model decoded (source
+    ids, no EOS) and each part's hypotheses, best first."""
+
+    translation: Translation
+    parts: list[list[int]]
+    outputs: list[list[Hypothesis]]
+
+
+def _traced(model, tokenizers, sentences, options, max_source_tokens=255, target_language="zh", prefixes=None):
+    """`_translate` stage by stage, keeping each source's parts and their outputs."""
+    engine = engine_of(model, tokenizers, max_source_tokens, target_language)
+    prepared = split_sources(engine, sources_of(sentences, prefixes), options)
+    outputs = decode(engine, prepared, options).outputs
+    traced, start = [], 0
+    for source, translation in zip(prepared, assemble(engine, prepared, outputs, options)):
+        found = outputs[start : start + len(source.parts)]
+        traced.append(_Traced(translation, [list(part.ids) for part in source.parts], found))
+        start += len(source.parts)
+    assert [t.translation for t in traced] == translate(engine, sources_of(sentences, prefixes), options)
+    return traced
+
+
+def _texts(translation: Translation) -> list[str]:
+    return [candidate.text for candidate in translation.candidates]
+
+
+def _scores(translation: Translation) -> list[float]:
+    return [candidate.score for candidate in translation.candidates]
+
+
+def _pieces(translation: Translation) -> list[list[str]]:
+    return [candidate.tokens for candidate in translation.candidates]
+
+
+def _alone(model, ids: list[int], options: DecodeConfig, tokenizers):
+    """The hypotheses of one source, decoded in a batch of its own by the engine's configured search,
+    with the constraints the pipeline keeps (the random model writes byte pieces)."""
+    return engine_of(model, tokenizers).searcher(options)([Part(tuple(ids))])[0]
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -156,31 +204,30 @@ def test_results_come_back_in_input_order(tokenizers, beam_size, max_tokens):
     encoded = tokenizers.source.encode([s.strip() for s in SENTENCES])
     assert [len(ids) for ids in encoded] != sorted(len(ids) for ids in encoded)  # sorting reorders them
     progress = []
-    together = translate_sentences(
-        model, tokenizers, SENTENCES, options, 255, "zh", on_batch=lambda done, total: progress.append((done, total))
+    together = _translate(
+        model, tokenizers, SENTENCES, options, on_batch=lambda done, total: progress.append((done, total))
     )
     assert progress[-1] == (5, 5) and (len(progress) > 1) == (max_tokens == 12)
     assert [done for done, _ in progress] == sorted(done for done, _ in progress)
-    alone = [translate_sentences(model, tokenizers, [sentence], options, 255, "zh")[0] for sentence in SENTENCES]
-    assert [t.source for t in together] == SENTENCES
+    alone = [_translate(model, tokenizers, [sentence], options)[0] for sentence in SENTENCES]
+    assert [t.source.text for t in together] == SENTENCES
     for batched, single in zip(together, alone):
-        assert batched.texts == single.texts and batched.tokens == single.tokens
-        assert batched.scores == pytest.approx(single.scores, abs=1e-4)
-    texts = [t.texts[0] for t in together if t.source.strip()]
+        assert _texts(batched) == _texts(single) and _pieces(batched) == _pieces(single)
+        assert _scores(batched) == pytest.approx(_scores(single), abs=1e-4)
+    texts = [t.text for t in together if t.source.text.strip()]
     assert len(set(texts)) >= 3, "outputs should differ from input to input, or a mixed-up order would pass"
 
 
 def test_empty_lines_translate_to_empty_lines(tokenizers):
     model = _model(tokenizers)
     for n_best in (1, 3):
-        results = translate_sentences(
-            model, tokenizers, ["", "Go.", "  \t "], DecodeConfig(beam_size=3, n_best=n_best, **SHORT), 255, "zh"
-        )
+        results = _traced(model, tokenizers, ["", "Go.", "  \t "], DecodeConfig(beam_size=3, n_best=n_best, **SHORT))
         for empty in (results[0], results[2]):
             # n empty translations, so n-best output keeps n lines (or JSON entries) per input
-            assert empty.texts == [""] * n_best and empty.scores == [0.0] * n_best
-            assert empty.tokens == [[]] * n_best and empty.outputs == [] and empty.note == ""
-        assert len(results[1].texts) == n_best and results[1].texts[0] != ""
+            translation = empty.translation
+            assert _texts(translation) == [""] * n_best and _scores(translation) == [0.0] * n_best
+            assert _pieces(translation) == [[]] * n_best and empty.outputs == [] and translation.notes == []
+        assert len(results[1].translation.candidates) == n_best and results[1].translation.text != ""
 
 
 def test_a_long_input_is_split_and_each_part_translated_as_if_alone(tokenizers):
@@ -188,26 +235,30 @@ def test_a_long_input_is_split_and_each_part_translated_as_if_alone(tokenizers):
     options = DecodeConfig(beam_size=1, **SHORT)
     ids = tokenizers.source.encode([LONG])[0]
     for target_language, joiner in (("zh", ""), ("zh-CN", ""), ("ZH_Hans", ""), ("bo", ""), ("en", " ")):
-        long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 6, target_language)
+        long, short = _traced(model, tokenizers, [LONG, "Go."], options, 6, target_language)
         assert [i for part in long.parts for i in part] == ids
         assert len(long.parts) > 2 and all(len(part) <= 6 for part in long.parts)
-        assert long.note == f"{len(ids)} tokens is more than the model takes; translated in {len(long.parts)} parts"
+        message = f"{len(ids)} tokens is more than the model takes; translated in {len(long.parts)} parts"
+        assert [(note.kind, note.message) for note in long.translation.notes] == [("split", message)]
         best = [_alone(model, part, options, tokenizers)[0] for part in long.parts]
         assert [hypotheses[0].tokens for hypotheses in long.outputs] == [h.tokens for h in best]
-        assert long.texts == [joiner.join(tokenizers.target.decode([h.tokens for h in best]))]
-        assert long.tokens == [[p for h in best for p in tokenizers.target.id_to_piece(h.tokens)]]
-        assert long.scores[0] == pytest.approx(sum(h.score for h in best), abs=1e-4)
-        assert short.note == "" and short.parts == tokenizers.source.encode(["Go."])
+        assert _texts(long.translation) == [joiner.join(tokenizers.target.decode([h.tokens for h in best]))]
+        assert _pieces(long.translation) == [[p for h in best for p in tokenizers.target.id_to_piece(h.tokens)]]
+        assert long.translation.candidates[0].score == pytest.approx(sum(h.score for h in best), abs=1e-4)
+        assert short.translation.notes == [] and short.parts == tokenizers.source.encode(["Go."])
 
 
 def test_a_long_input_is_truncated_when_the_config_says_so(tokenizers):
     model = _model(tokenizers)
     options = DecodeConfig(beam_size=3, long_inputs="truncate", **SHORT)
     ids = tokenizers.source.encode([LONG])[0]
-    (result,) = translate_sentences(model, tokenizers, [LONG], options, 6, "zh")
+    (result,) = _traced(model, tokenizers, [LONG], options, 6)
     assert result.parts == [ids[:6]]
-    assert result.note == f"{len(ids)} tokens is more than the model takes; truncated to the first 6"
-    assert result.texts == tokenizers.target.decode([_alone(model, ids[:6], options, tokenizers)[0].tokens])
+    message = f"{len(ids)} tokens is more than the model takes; truncated to the first 6"
+    assert [(note.kind, note.message) for note in result.translation.notes] == [("truncated", message)]
+    assert _texts(result.translation) == tokenizers.target.decode(
+        [_alone(model, ids[:6], options, tokenizers)[0].tokens]
+    )
 
 
 @pytest.mark.parametrize("long_inputs", ["split", "truncate"])
@@ -218,63 +269,69 @@ def test_long_inputs_fit_a_model_with_learned_positions(tokenizers, long_inputs,
     with pytest.raises(ValueError, match="max_positions"):  # what fitting the input avoids
         greedy_search(model, collate([Example(0, ids, [])]).src)
     options = DecodeConfig(beam_size=beam_size, long_inputs=long_inputs, max_len_a=3.0, max_len_b=20)
-    long, short = translate_sentences(model, tokenizers, [LONG, "Go."], options, 7, "zh")
-    assert (
-        all(len(part) <= 7 for part in long.parts) and ("parts" if long_inputs == "split" else "truncated") in long.note
-    )
+    long, short = _traced(model, tokenizers, [LONG, "Go."], options, 7)
+    notes = " ".join(note.message for note in long.translation.notes)
+    assert all(len(part) <= 7 for part in long.parts) and ("parts" if long_inputs == "split" else "truncated") in notes
     # an output ends where the learned target positions do: 7 tokens and the EOS
     assert all(len(h.tokens) <= 7 for hypotheses in long.outputs + short.outputs for h in hypotheses)
-    assert long.texts[0] and short.texts[0]
+    assert long.translation.text and short.translation.text
 
 
 def test_n_best_gives_n_translations_best_first(tokenizers):
     model = _model(tokenizers, seed=1)
     sentences = ["I love machine learning, and you?", "Tom is here."]
-    best_only = translate_sentences(model, tokenizers, sentences, DecodeConfig(beam_size=3, **SHORT), 255, "zh")
-    three = translate_sentences(model, tokenizers, sentences, DecodeConfig(beam_size=3, n_best=3, **SHORT), 255, "zh")
-    for one, result in zip(best_only, three):
-        assert len(result.texts) == len(result.scores) == len(result.tokens) == 3
-        assert result.scores == sorted(result.scores, reverse=True) and len(set(result.texts)) == 3
-        hypotheses = result.outputs[0]
-        assert result.texts == tokenizers.target.decode([h.tokens for h in hypotheses])
-        assert result.tokens == [tokenizers.target.id_to_piece(h.tokens) for h in hypotheses]
-        assert (result.texts[0], result.scores[0]) == (one.texts[0], pytest.approx(one.scores[0]))
+    best_only = _translate(model, tokenizers, sentences, DecodeConfig(beam_size=3, **SHORT))
+    three = _traced(model, tokenizers, sentences, DecodeConfig(beam_size=3, n_best=3, **SHORT))
+    for one, traced in zip(best_only, three):
+        result = traced.translation
+        assert len(_texts(result)) == len(_scores(result)) == len(_pieces(result)) == 3
+        assert _scores(result) == sorted(_scores(result), reverse=True) and len(set(_texts(result))) == 3
+        hypotheses = traced.outputs[0]
+        assert _texts(result) == tokenizers.target.decode([h.tokens for h in hypotheses])
+        assert _pieces(result) == [tokenizers.target.id_to_piece(h.tokens) for h in hypotheses]
+        assert (result.text, _scores(result)[0]) == (one.text, pytest.approx(_scores(one)[0]))
 
 
 def test_samples_are_repeatable_with_a_seed_and_come_best_first(tokenizers):
     model = _model(tokenizers, seed=2)
     options = DecodeConfig(sample=True, n_best=4, beam_size=2, seed=7, **SHORT)
-    first = translate_sentences(model, tokenizers, ["Tom is here.", "Hello."], options, 255, "zh")
-    again = translate_sentences(model, tokenizers, ["Tom is here.", "Hello."], options, 255, "zh")
-    assert [t.texts for t in first] == [t.texts for t in again]
+    first = _translate(model, tokenizers, ["Tom is here.", "Hello."], options)
+    again = _translate(model, tokenizers, ["Tom is here.", "Hello."], options)
+    assert [_texts(t) for t in first] == [_texts(t) for t in again]
     for result in first:
-        assert len(result.texts) == 4 and result.scores == sorted(result.scores, reverse=True)
-        assert len(set(result.texts)) > 1
+        assert len(_texts(result)) == 4 and _scores(result) == sorted(_scores(result), reverse=True)
+        assert len(set(_texts(result))) > 1
     # top_k=1 leaves one token to sample: every sample is the greedy translation
-    greedy = translate_sentences(model, tokenizers, ["Tom is here."], DecodeConfig(beam_size=1, **SHORT), 255, "zh")
-    forced = translate_sentences(model, tokenizers, ["Tom is here."], dataclasses.replace(options, top_k=1), 255, "zh")
-    assert forced[0].texts == greedy[0].texts * 4
+    greedy = _translate(model, tokenizers, ["Tom is here."], DecodeConfig(beam_size=1, **SHORT))
+    forced = _translate(model, tokenizers, ["Tom is here."], dataclasses.replace(options, top_k=1))
+    assert _texts(forced[0]) == _texts(greedy[0]) * 4
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_decode_batch_runs_the_configured_search(seed):
-    model = lively_model(seed)
+def test_the_engine_runs_the_configured_search(tokenizers, seed):
+    model = _model(tokenizers, seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
-    greedy = greedy_search(model, src, 1.0, 6, alpha=0.6)
-    by_options = decode_batch(model, src, DecodeConfig(beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=6))
+    parts = [Part(tuple(unpadded(src, row)[:-1].tolist())) for row in range(src.shape[0])]  # no EOS
+    engine = engine_of(model, tokenizers)
+
+    def settings(options):
+        return SearchSettings.of(options, output_constraints(tokenizers.target, options))
+
+    options = DecodeConfig(beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=6)
+    greedy = greedy_search(model, src, settings(options))
+    by_options = engine.searcher(options)(parts)
     assert [[(h.tokens, h.score) for h in hs] for hs in by_options] == [
         [(h.tokens, h.score) for h in hs] for hs in greedy
     ]
-    beam = beam_search(model, src, 3, 0.6, 1.0, 6, n_best=2)
-    by_options = decode_batch(
-        model, src, DecodeConfig(beam_size=3, n_best=2, length_penalty=0.6, max_len_a=1.0, max_len_b=6)
-    )
+    options = DecodeConfig(beam_size=3, n_best=2, length_penalty=0.6, max_len_a=1.0, max_len_b=6)
+    beam = beam_search(model, src, settings(options))
+    by_options = engine.searcher(options)(parts)
     assert [[h.tokens for h in hs] for hs in by_options] == [[h.tokens for h in hs] for hs in beam]
+    options = DecodeConfig(sample=True, n_best=3, temperature=0.9, max_len_a=1.0, max_len_b=6, seed=3)
     samples = greedy_search(
-        model, src, 1.0, 6, choose=sampler(0.9, generator=torch.Generator().manual_seed(3)), samples=3
+        model, src, settings(options), choose=sampler(0.9, generator=torch.Generator().manual_seed(3))
     )
-    options = DecodeConfig(sample=True, n_best=3, temperature=0.9, max_len_a=1.0, max_len_b=6)
-    by_options = decode_batch(model, src, options, torch.Generator().manual_seed(3))
+    by_options = engine.searcher(options)(parts)
     assert [sorted(h.tokens for h in hs) for hs in by_options] == [sorted(h.tokens for h in hs) for hs in samples]
 
 
@@ -346,22 +403,23 @@ def test_a_prefix_begins_the_translation_of_its_input_and_forces_only_the_first_
     model = _model(tokenizers, seed=1)
     options = DecodeConfig(beam_size=beam_size, **SHORT)
     sentences, prefixes = [LONG, "Go.", "", "Tom is here."], ["我们的", "", "你", "他"]
-    forced = translate_sentences(model, tokenizers, sentences, options, 6, "zh", prefixes=prefixes)
-    free = translate_sentences(model, tokenizers, sentences, options, 6, "zh")
-    for translation, prefix in zip(forced, prefixes):
-        assert translation.prefix == prefix
+    forced = _traced(model, tokenizers, sentences, options, 6, prefixes=prefixes)
+    free = _traced(model, tokenizers, sentences, options, 6)
+    for traced, prefix in zip(forced, prefixes):
+        assert traced.translation.source.prefix == prefix
     long, go, empty, tom = forced
-    for translation, prefix in ((long, "我们的"), (tom, "他")):
+    for traced, prefix in ((long, "我们的"), (tom, "他")):
         ids = tokenizers.target.encode([prefix])[0]
-        assert translation.outputs[0][0].tokens[: len(ids)] == ids
+        translation = traced.translation
+        assert traced.outputs[0][0].tokens[: len(ids)] == ids
         assert (
-            translation.texts[0].startswith(prefix)
-            and translation.texts[0] != free[sentences.index(translation.source)].texts[0]
+            translation.text.startswith(prefix)
+            and translation.text != free[sentences.index(translation.source.text)].translation.text
         )
     assert [hs[0].tokens for hs in long.outputs[1:]] == [
         hs[0].tokens for hs in free[0].outputs[1:]
     ]  # later parts: no prefix
-    assert go.texts == free[1].texts and empty.texts == [""]
+    assert _texts(go.translation) == _texts(free[1].translation) and _texts(empty.translation) == [""]
 
 
 def test_a_prefix_the_model_cannot_output_is_a_one_line_error(tokenizers):
@@ -373,27 +431,26 @@ def test_a_prefix_the_model_cannot_output_is_a_one_line_error(tokenizers):
         match=r"^the prefix '我们的车站在老桥旁边的河边' is \d+ target tokens, more than the 7 "
         r"the model can output; shorten it$",
     ):
-        translate_sentences(model, tokenizers, ["Go."], DecodeConfig(beam_size=1), 7, "zh", prefixes=[prefix])
+        _translate(model, tokenizers, ["Go."], DecodeConfig(beam_size=1), 7, prefixes=[prefix])
 
 
 def test_prefixes_and_glossaries_are_refused_by_a_search_that_takes_neither(tokenizers):
+    from attn_cli.config import Config
     from attn_cli.decoding.glossary import Term
+    from attn_cli.engines.ctranslate2 import CAPABILITIES, CTranslate2Engine
 
-    with pytest.raises(ValueError, match="prefixes and glossaries need attn's own search"):
-        translate_sentences(
-            None, tokenizers, ["Go."], DecodeConfig(), 255, "zh", search=lambda src: [[]], prefixes=["我"]
-        )
-    with pytest.raises(ValueError, match="prefixes and glossaries need attn's own search"):
-        translate_sentences(
-            None,
-            tokenizers,
-            ["Go."],
-            DecodeConfig(),
-            255,
-            "zh",
-            search=lambda src: [[]],
-            glossaries=[[Term("go", ("走",))]],
-        )
+    options = DecodeConfig()
+    # CTranslate2's search takes neither: the engine's refusals name both, and what to use instead
+    refused = refusals(CAPABILITIES, options, [Source("Go.", "我"), Source("Go.", terms=(Term("go", ("走",)),))])
+    assert [(refusal.option, refusal.fix) for refusal in refused] == [("prefix", "checkpoint"), ("terms", "checkpoint")]
+    assert refusals(CAPABILITIES, options, [Source("Go.")]) == []
+    # and its search, given them all the same, refuses them rather than leave them out
+    exported = CTranslate2Engine(Config(), tokenizers, None, Path("."), None, None)
+    search = exported.searcher(options)
+    with pytest.raises(ValueError, match="prefix"):
+        search([Part((5, 6), prefix=(7,))])
+    with pytest.raises(ValueError, match="constrained search"):
+        search([Part((5, 6))], [[[(7,)]]])
 
 
 def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
@@ -404,10 +461,8 @@ def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
     characters = [token for token, text in enumerate(texts) if text and len(text) == 1 and not text.isspace()]
     model.position_bias[:, characters[:3]] += 5.0  # drawn to three characters, it writes them over and over
     options = DecodeConfig(beam_size=2, max_len_a=2.0, max_len_b=12)
-    free = translate_sentences(model, tokenizers, SENTENCES * 3, options, 255, "zh")
-    kept = translate_sentences(
-        model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True), 255, "zh"
-    )
-    assert any(stutters(t.texts[0]) for t in free), "left alone the random model stutters, so the option was tried"
-    assert not any(stutters(t.texts[0]) for t in kept)
+    free = _translate(model, tokenizers, SENTENCES * 3, options)
+    kept = _translate(model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True))
+    assert any(stutters(t.text) for t in free), "left alone the random model stutters, so the option was tried"
+    assert not any(stutters(t.text) for t in kept)
     assert decode_options(options, {"no_stutter": True}).no_stutter, "--no-stutter sets decode.no_stutter"

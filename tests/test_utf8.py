@@ -2,10 +2,12 @@
 
 import pytest
 import torch
-from conftest import hello_tokenizers, random_source
+from support.models import random_source
+from support.runs import hello_tokenizers
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
@@ -94,11 +96,13 @@ def test_a_model_drawn_to_bytes_writes_valid_utf8_only_under_the_constraint(beam
         model = byte_loving_model(seed)
         src = random_source(6, 8, vocab=VOCAB, lengths=[8, 3, 5, 7, 6, 4])
         search = (
-            (lambda **kw: greedy_search(model, src, max_len_a=1.0, max_len_b=6, **kw))
+            (lambda **kw: greedy_search(model, src, SearchSettings(max_len_a=1.0, max_len_b=6, **kw)))
             if beam == 1
-            else (lambda **kw: beam_search(model, src, beam, max_len_a=1.0, max_len_b=6, **kw))
+            else (
+                lambda **kw: beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.0, max_len_b=6, **kw))
+            )
         )
-        free, valid = search(), search(constraints=[CONSTRAINT])
+        free, valid = search(), search(constraints=(CONSTRAINT,))
         for unconstrained, constrained in zip(free, valid):
             assert is_utf8(as_bytes(constrained[0].tokens)), constrained[0].tokens
             if not is_utf8(as_bytes(unconstrained[0].tokens)):

@@ -1,25 +1,25 @@
 """What translate, eval and serve share on the command line: the --run/--checkpoint/--model and
-decoding flags, and the `Translator` that decodes with what they load (attn_cli/translator.py).
-The decoding modules (torch) are imported by the functions that use them, so that the flags' help
-answers at once."""
+decoding flags, the engine's refusals in the words of those flags, and a progress bar. The decoding
+modules are imported by the functions that use them, so that the flags' help answers at once."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from attn_cli.cli.common import Command, stderr, tell
 from attn_cli.config import ConfigError, DecodeConfig
+from attn_cli.decoding.engine import Refusal, Wording, refusals
 from attn_cli.errors import UserError
-from attn_cli.translator import Loaded, translate
 
 if TYPE_CHECKING:
-    from attn_cli.decoding.glossary import Term
-    from attn_cli.decoding.translate import Translation
+    from attn_cli.decoding.engine import Engine
+    from attn_cli.decoding.records import Source
 
 # --run and --checkpoint of both commands: repeated, they name the members of an ensemble.
 RunsOption = typer.Option(
@@ -84,58 +84,49 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
         raise UserError(error.describe(flag_names())) from None
 
 
-class Translator:
-    """What a command decodes with, and its decode options."""
+# A refusal (attn_cli/decoding/engine.py) in the command line's words.
+WORDING = Wording(
+    names={
+        "prefix": "--prefix",
+        "terms": "--glossary",
+        "attention": "--show-attention/--attention-out",
+        "no_stutter": "--no-stutter",
+    },
+    fixes={
+        "checkpoint": "use --run or --checkpoint instead of --model",
+        "one_checkpoint": "give one --run or --checkpoint",
+        "beam": "use --beam 2 or more (5 is usual) without --sample",
+        "allow_stutter": "use --run or --checkpoint to keep it, or --allow-stutter to decode without it",
+    },
+)
 
-    def __init__(self, loaded: Loaded, options: DecodeConfig):
-        self.loaded, self.options = loaded, options
-        if loaded.exported is not None and options.no_stutter:
-            # CTranslate2 searches on its own: attn's output rules cannot join its search.
-            from attn_cli.decoding.translate import output_constraints
 
-            rules = " and ".join(c.rule for c in output_constraints(loaded.tokenizers.target, options))
-            tell(
-                f"warning: --model decodes with CTranslate2, which cannot apply {rules} as attn's own search "
-                f"does, so outputs may differ from --run's; use --run or --checkpoint to apply them, or "
-                f"--allow-stutter to decode without decode.no_stutter"
-            )
+def check_refusals(engine: Engine, options: DecodeConfig, sources: Sequence[Source]) -> None:
+    """A UserError for the first thing the engine refuses of `options` and `sources`; a warning, told
+    once per command, for what it does otherwise (CTranslate2 without attn's output rules)."""
+    for refusal in refusals(engine.capabilities, options, sources):
+        if not refusal.warning:
+            raise UserError(refusal.message(WORDING))
+        if refusal not in _told:
+            _told.add(refusal)
+            tell(f"warning: {refusal.message(WORDING)}")
 
-    @property
-    def exported(self) -> bool:
-        return self.loaded.exported is not None
 
-    def __call__(
-        self,
-        sentences: Sequence[str],
-        prefixes: Optional[Sequence[str]] = None,
-        glossaries: Optional[Sequence[Sequence[Term]]] = None,
-        on_batch=None,
-    ) -> list[Translation]:
-        """Translations of `sentences`, each beginning with its prefix when `prefixes` are given and
-        using its glossary's terms (one list per sentence) where they apply."""
-        return translate(self.loaded, sentences, self.options, prefixes, on_batch, glossaries)
+_told: set[Refusal] = set()
 
-    def translate_with_progress(
-        self,
-        sentences: Sequence[str],
-        prefixes: Optional[Sequence[str]] = None,
-        glossaries: Optional[Sequence[Sequence[Term]]] = None,
-    ) -> list[Translation]:
-        """Translate, with a progress bar on stderr that goes away when done."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            console=stderr,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("translating", total=None)
-            return self(
-                sentences,
-                prefixes,
-                glossaries,
-                on_batch=lambda done, total: progress.update(task, completed=done, total=total),
-            )
+@contextlib.contextmanager
+def progress_bar(description: str = "translating") -> Iterator[Callable[[int, int], None]]:
+    """An `on_batch(done, total)` that draws a progress bar on stderr, gone when done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)

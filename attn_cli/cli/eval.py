@@ -8,15 +8,14 @@ from typing import List, Optional
 
 import typer
 
-from attn_cli.cli import translator as decoding
+import attn_cli.cli.decoding_flags as flags
 from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths, hypotheses_file
-from attn_cli.translator import load_for_decoding
 
 
-@decoding.decoding_flags("beam_size", "length_penalty", "no_repeat_ngram", "no_stutter", "max_tokens")
+@flags.decoding_flags("beam_size", "length_penalty", "no_repeat_ngram", "no_stutter", "max_tokens")
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
     by_length: bool = typer.Option(
@@ -25,9 +24,9 @@ def evaluate(
         help="Also a table by source length (words: <= 8, 9-15, "
         "> 15): BLEU, chrF, length ratio, stutter rate against the references', U+FFFD count.",
     ),
-    run: Optional[List[Path]] = decoding.RunsOption,
-    checkpoint: Optional[List[Path]] = decoding.CheckpointsOption,
-    model: Optional[Path] = decoding.ModelOption,
+    run: Optional[List[Path]] = flags.RunsOption,
+    checkpoint: Optional[List[Path]] = flags.CheckpointsOption,
+    model: Optional[Path] = flags.ModelOption,
     src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
     glossary: Optional[Path] = typer.Option(
@@ -38,7 +37,7 @@ def evaluate(
         "target the translation holds) with the glossary and without it.",
     ),
     device: str = DeviceOption,
-    threads: Optional[int] = decoding.ThreadsOption,
+    threads: Optional[int] = flags.ThreadsOption,
     **decode_flags: object,
 ) -> None:
     """Translate a test set and score it with sacreBLEU (BLEU and chrF, with signatures).
@@ -59,31 +58,24 @@ def evaluate(
 
       attn eval --checkpoint runs/en-zh/checkpoints/best.pt --checkpoint runs/en-zh-b/checkpoints/best.pt
     """
-    # torch and sacrebleu: imported when run, not for --help
+    # the decoding modules and sacrebleu: imported when run, not for --help
     from attn_cli.decoding.io import read_parallel
+    from attn_cli.decoding.records import Source
     from attn_cli.decoding.scoring import score_translations
+    from attn_cli.engines.load import load_engine
 
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together: give both, or neither to score the run's test split")
-    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
-    translator = decoding.Translator(
-        loaded, decoding.decode_options(dataclasses.replace(loaded.config.decode, n_best=1), decode_flags)
-    )
-    cfg = loaded.config
-    terms = None
+    terms = []
     if glossary is not None:  # read before decoding: a bad line is reported at once
         from attn_cli.decoding.glossary import read_glossary
-        from attn_cli.decoding.translate import require_beam_for_terms
 
         terms = read_glossary(glossary)  # comments alone: no term to enforce, nor to count
-        if terms and translator.exported:
-            tell(
-                "warning: --model decodes with CTranslate2, which has no constrained search: the glossary "
-                "is not applied, and term accuracy is that of the outputs as they are"
-            )
-        elif terms:
-            require_beam_for_terms(translator.options)
+    engine = load_engine(run or [], checkpoint or [], model, device, threads)
+    cfg = engine.config
+    # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
+    options = flags.decode_options(dataclasses.replace(cfg.decode, n_best=1), decode_flags)
+    flags.check_refusals(engine, options, [Source("", terms=tuple(terms))])
     if src is None:
         # An exported model's test split is in the run its config names, unless --run names another;
         # an ensemble's is its first member's.
@@ -92,30 +84,25 @@ def evaluate(
             if run
             else RunPaths.of(cfg.run_dir)
             if model is not None
-            else RunPaths.of_checkpoint(loaded.paths[0])
+            else RunPaths.of_checkpoint(engine.paths[0])
         )
         src = paths.split_file("test", cfg.data.src_lang)
         ref = paths.split_file("test", cfg.data.tgt_lang)
         if not src.is_file():
             raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
     sources, references = read_parallel(src, ref)
-    constrained = bool(terms) and not translator.exported
-    translations = translator.translate_with_progress(
-        sources, glossaries=[terms] * len(sources) if constrained else None
-    )
-    hypotheses = [translation.texts[0] for translation in translations]
-    hypotheses_path = hypotheses_file(loaded.paths, src)  # next to the model(s) that made them
+    hypotheses, unaided = _translate(engine, [Source(text, terms=tuple(terms)) for text in sources], options)
+    hypotheses_path = hypotheses_file(engine.paths, src)  # next to the model(s) that made them
     write_whole(hypotheses_path, "".join(h + "\n" for h in hypotheses))
     tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
     if bleu:
         for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
             print(score)
-    if terms is not None:
+    if glossary is not None:
         from attn_cli.decoding.glossary import term_accuracy
 
         print(term_accuracy(sources, hypotheses, terms, cfg.data.src_lang, cfg.data.tgt_lang))
-        if constrained:  # the search without the glossary came first: its outputs, scored alike
-            unaided = [translation.unconstrained for translation in translations]
+        if terms:  # the search without the glossary came first: its outputs, scored alike
             print("without the glossary:")
             if bleu:
                 for score in score_translations(unaided, references, cfg.data.tgt_lang):
@@ -125,3 +112,17 @@ def evaluate(
         from attn_cli.decoding.by_length import format_table, scores_by_length
 
         print(format_table(scores_by_length(sources, hypotheses, references, cfg.data.tgt_lang)))
+
+
+def _translate(engine, sources, options) -> tuple[list[str], list[str]]:
+    """The best translation of each source, and what the search without the glossary gave (the
+    first of the glossary's two searches; the same translations when no term applies)."""
+    from attn_cli.decoding.parts import split_sources
+    from attn_cli.decoding.pipeline import assemble, decode
+
+    prepared = split_sources(engine, sources, options)
+    with flags.progress_bar() as on_batch:
+        decoded = decode(engine, prepared, options, on_batch)
+    with_terms = assemble(engine, prepared, decoded.outputs, options)
+    without = assemble(engine, prepared, decoded.first, options) if any(s.terms for s in sources) else with_terms
+    return [t.text for t in with_terms], [t.text for t in without]

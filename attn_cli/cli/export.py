@@ -72,8 +72,8 @@ def export(
     """
     # torch and ctranslate2: imported when run, not for --help
     from attn_cli.checkpoint import find_checkpoint, load_checkpoint
+    from attn_cli.engines.ctranslate2 import import_ctranslate2
     from attn_cli.export.convert import export as export_model
-    from attn_cli.export.convert import import_ctranslate2
 
     if export_format is ExportFormat.hf:
         _export_hf(find_checkpoint(run, checkpoint), output)
@@ -113,13 +113,16 @@ def _export_hf(path: Path, output: Path) -> None:
     scores = []
     if source.is_file() and reference.is_file():
         from attn_cli.decoding.io import read_parallel
+        from attn_cli.decoding.pipeline import translate
+        from attn_cli.decoding.records import Source
         from attn_cli.decoding.scoring import score_translations
-        from attn_cli.translator import Loaded, translate
+        from attn_cli.engines.pytorch import TorchEngine
 
         sources, references = read_parallel(source, reference)
         tell(f"scoring {len(sources):,} test sentences for the model card ({source})")
         options = dataclasses.replace(cfg.decode, n_best=1)
-        hypotheses = [t.texts[0] for t in translate(Loaded([path], [loaded]), sources, options)]
+        engine = TorchEngine([loaded.model], loaded.tokenizers, [cfg], [path])
+        hypotheses = [t.text for t in translate(engine, [Source(text) for text in sources], options)]
         scores = score_translations(hypotheses, references, cfg.data.tgt_lang)
     export_marian(loaded, output, scores, source if scores else None)
     tell(

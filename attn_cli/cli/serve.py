@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from attn_cli.cli.common import DeviceOption, tell
-from attn_cli.cli.translator import ThreadsOption
+from attn_cli.cli.decoding_flags import ThreadsOption
 from attn_cli.errors import UserError
 
 
@@ -65,14 +65,14 @@ def serve(
         from attn_cli.serving.server import Limits, Server
     except ImportError as error:
         raise UserError(f"attn serve needs the serve extra ({error.name} is missing): pip install 'attn-cli[serve]'")
-    from attn_cli.translator import load_for_decoding
+    from attn_cli.engines.load import load_engine
 
     keys = _read_keys(api_keys) if api_keys is not None else None
-    loaded = [load_for_decoding([path], [], None, device, threads) for path in run or []]
-    loaded += [load_for_decoding([], [path], None, device, threads) for path in checkpoint or []]
-    loaded += [load_for_decoding([], [], path, device, threads) for path in model or []]
-    if not loaded:
-        loaded = [load_for_decoding([], [], None, device, threads)]
+    engines = [load_engine([path], [], None, device, threads) for path in run or []]
+    engines += [load_engine([], [path], None, device, threads) for path in checkpoint or []]
+    engines += [load_engine([], [], path, device, threads) for path in model or []]
+    if not engines:
+        engines = [load_engine([], [], None, device, threads)]
     limits = Limits(
         max_sentences=max_sentences,
         max_characters=max_characters,
@@ -81,9 +81,9 @@ def serve(
         max_wait=max_wait_ms / 1000,
         batching=batching,
     )
-    server = Server(ServedModels(loaded), limits, keys)
+    server = Server(ServedModels(engines), limits, keys)
     for served in server.models:
-        tell(f"serving {served.name} ({served.backend}) from {served.loaded.paths[0]}")
+        tell(f"serving {served.name} ({served.backend}) from {served.engine.paths[0]}")
     _log_requests()
     tell(f"page at http://{host}:{port}/, API docs at http://{host}:{port}/docs; Ctrl-C stops")
     config = uvicorn.Config(

@@ -13,22 +13,23 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from attn_cli.cli.common import DeviceOption, stderr, tell
-from attn_cli.cli.translator import (
+from attn_cli.cli.decoding_flags import (
     CheckpointsOption,
     ModelOption,
     RunsOption,
     ThreadsOption,
-    Translator,
+    check_refusals,
     decode_options,
     decoding_flags,
+    progress_bar,
 )
 from attn_cli.errors import UserError
-from attn_cli.translator import load_for_decoding
 
 if TYPE_CHECKING:
-    from attn_cli.decoding.glossary import Term
-    from attn_cli.decoding.io import TranslationWriter
-    from attn_cli.decoding.translate import Translation
+    from attn_cli.config import DecodeConfig
+    from attn_cli.decoding.engine import Engine
+    from attn_cli.decoding.io import Reading, TranslationWriter
+    from attn_cli.decoding.records import Translation
 
 
 class OutputFormat(str, Enum):
@@ -39,15 +40,6 @@ class OutputFormat(str, Enum):
 class InputFormat(str, Enum):
     text = "text"
     jsonl = "jsonl"
-
-
-@dataclass
-class Reading:
-    """How input lines become sources, prefixes and glossaries: --input-format, --prefix, --glossary."""
-
-    format: str = "text"
-    prefix: str = ""
-    glossary: Sequence[Term] = ()
 
 
 @dataclass
@@ -164,10 +156,11 @@ def translate(
 
       attn translate --checkpoint a.pt --checkpoint b.pt "Where is the station?"
     """
-    # torch: imported when run, not for --help
+    # the decoding modules: imported when run, not for --help
     from attn_cli.decoding.glossary import read_glossary
-    from attn_cli.decoding.io import TranslationWriter, output_stream, read_lines, valid_text
-    from attn_cli.decoding.translate import require_beam_for_terms
+    from attn_cli.decoding.io import Reading, TranslationWriter, output_stream, read_lines, valid_text
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
 
     texts = valid_text(text or [], "argument", tell)
     if texts and input_file:
@@ -180,32 +173,17 @@ def translate(
     lines = read_lines(input_file) if input_file else None
     prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
     terms = read_glossary(glossary) if glossary is not None else []  # before loading: a bad line fails at once
-    loaded = load_for_decoding(run or [], checkpoint or [], model, device, threads)
-    translator = Translator(loaded, decode_options(loaded.config.decode, decode_flags))
-    if terms and not translator.exported:  # at once, before any input is read (--model refuses a glossary itself)
-        require_beam_for_terms(translator.options)
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
-    if inspection.wanted and translator.exported:
-        raise UserError(
-            "--show-attention and --attention-out need a checkpoint: CTranslate2 does not give "
-            "attn every layer's attention; use --run or --checkpoint"
-        )
-    if inspection.wanted and loaded.is_ensemble:
-        raise UserError(
-            f"--show-attention and --attention-out show one model's attention, not an ensemble's of "
-            f"{len(loaded.paths)}; give one --run or --checkpoint"
-        )
+    reading = Reading(input_format.value, prefix, tuple(terms), inspection.wanted)
+    engine = load_engine(run or [], checkpoint or [], model, device, threads)
+    options = decode_options(engine.config.decode, decode_flags)
+    # At once, before any input is read: what the flags ask of every source.
+    check_refusals(engine, options, [Source("", reading.prefix, reading.glossary, reading.attention)])
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
+    job = _Job(engine, options, reading, inspection)
     try:
         with output_stream(output_file) as out:
-            _translate_and_write(
-                translator,
-                texts,
-                lines,
-                TranslationWriter(out, output_format.value, tell, where),
-                inspection,
-                Reading(input_format.value, prefix, terms),
-            )
+            job.run(texts, lines, TranslationWriter(out, output_format.value, tell, where))
     except BrokenPipeError:  # the reader went away (`attn translate ... | head -1`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keep the exit-time flush quiet
     except OSError as error:
@@ -215,54 +193,53 @@ def translate(
         raise UserError(f"cannot write the translations to stdout: {error.strerror or error}") from None
 
 
-def _translate_and_write(
-    translator: Translator,
-    texts: Sequence[str],
-    lines: Optional[Sequence[str]],
-    writer: TranslationWriter,
-    inspection: Inspection,
-    reading: Reading,
-) -> None:
-    """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
-    from attn_cli.decoding.io import parse_inputs, stdin_batches, tolerant_stdin, valid_text
+@dataclass
+class _Job:
+    """One `attn translate`: the engine, its options, how lines become sources, and what is drawn."""
 
-    if texts:
-        translations = translator(
-            *parse_inputs(texts, reading.format, "argument", prefix=reading.prefix, glossary=reading.glossary)
-        )
-    elif lines is not None:
-        translations = translator.translate_with_progress(
-            *parse_inputs(lines, reading.format, writer.where, prefix=reading.prefix, glossary=reading.glossary)
-        )
-    else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
-        for batch in stdin_batches(tolerant_stdin(sys.stdin)):
-            first = writer.count + 1
-            batch = valid_text(batch, "stdin", tell, first_number=first)
-            translations = translator(
-                *parse_inputs(batch, reading.format, "stdin", first, reading.prefix, reading.glossary)
-            )
-            writer.write(translations)
-            if inspection.wanted:
-                _inspect(translator, translations, inspection, first=writer.count - len(batch), numbered=True)
-        return
-    writer.write(translations)
-    if inspection.wanted:
-        _inspect(translator, translations, inspection, first=0, numbered=len(translations) > 1)
+    engine: Engine
+    options: DecodeConfig
+    reading: Reading
+    inspection: Inspection
 
+    def run(self, texts: Sequence[str], lines: Optional[Sequence[str]], writer: TranslationWriter) -> None:
+        """Translate the arguments, a file's lines (with a progress bar) or stdin, and write the results."""
+        from attn_cli.decoding.io import stdin_batches, tolerant_stdin, valid_text
 
-def _inspect(
-    translator: Translator, translations: Sequence[Translation], inspection: Inspection, first: int, numbered: bool
-) -> None:
-    """Draw and/or save the attention of each translation, the files named by input line when numbered."""
-    from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention, translation_attention
+        if texts:
+            self.write(self.translate(self.reading.sources(texts, "argument")), writer, numbered=len(texts) > 1)
+        elif lines is not None:
+            sources = self.reading.sources(lines, writer.where)
+            with progress_bar() as on_batch:
+                translations = self.translate(sources, on_batch)
+            self.write(translations, writer, numbered=len(translations) > 1)
+        else:  # stdin: each batch of lines is written as soon as it is translated, so attn works in a pipe
+            for batch in stdin_batches(tolerant_stdin(sys.stdin)):
+                first = writer.count + 1
+                batch = valid_text(batch, "stdin", tell, first_number=first)
+                self.write(self.translate(self.reading.sources(batch, "stdin", first)), writer, numbered=True)
 
-    for number, translation in enumerate(translations, start=first):
-        found = translation_attention(translator.loaded.model, translator.loaded.tokenizers, translation)
-        if found is None:
-            continue
-        if inspection.show:
-            stderr.print(render_alignment(*found, inspection.layer, inspection.head))
-        if inspection.output is not None:
-            path = numbered_path(inspection.output, number) if numbered else inspection.output
-            save_attention(path, *found)
-            tell(f"attention weights written to {path}")
+    def translate(self, sources: Sequence, on_batch=None) -> list[Translation]:
+        from attn_cli.decoding.pipeline import translate
+
+        check_refusals(self.engine, self.options, sources)  # a JSONL line's own prefix or glossary
+        return translate(self.engine, sources, self.options, on_batch)
+
+    def write(self, translations: Sequence[Translation], writer: TranslationWriter, numbered: bool) -> None:
+        """Write the translations, then draw and/or save their attention, the files named by input
+        line when `numbered`."""
+        first = writer.count
+        writer.write(translations)
+        if not self.inspection.wanted:
+            return
+        from attn_cli.decoding.attention_view import numbered_path, render_alignment, save_attention
+
+        for number, translation in enumerate(translations, start=first):
+            if translation.attention is None:  # an empty input
+                continue
+            if self.inspection.show:
+                stderr.print(render_alignment(*translation.attention, self.inspection.layer, self.inspection.head))
+            if self.inspection.output is not None:
+                path = numbered_path(self.inspection.output, number) if numbered else self.inspection.output
+                save_attention(path, *translation.attention)
+                tell(f"attention weights written to {path}")

@@ -1,7 +1,8 @@
 """Tokenized examples, length filtering and token-budget batching.
 
-`token_batches` and `collate` turn tokenized examples into padded tensors with as little padding as
-a length-bucketed batcher can manage.
+`token_batches` groups tokenized examples into batches with as little padding as a length-bucketed
+batcher can manage, planned from their lengths alone; `collate.py` turns a batch into padded
+tensors. Imports NumPy, not torch: decoding with CTranslate2 batches through here too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from attn_cli.config import derived_seed
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass(frozen=True)
@@ -52,48 +51,6 @@ def filter_by_length(
     )
     kept = [example for example, kept in zip(examples, keep.tolist()) if kept]
     return kept, len(examples) - len(kept)
-
-
-@dataclass
-class Batch:
-    src: torch.Tensor  # (B, S) long: source ids + EOS, right-padded with PAD_ID
-    tgt_in: torch.Tensor  # (B, T) long: BOS + target ids, right-padded (teacher forcing input)
-    tgt_out: torch.Tensor  # (B, T) long: target ids + EOS, right-padded (labels)
-    indices: list[int]  # Example.index of each row
-
-    def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
-
-    def without_labels(self) -> "Batch":
-        """The same inputs with every label ignored: a forward and backward that count for nothing."""
-        return Batch(self.src, self.tgt_in, torch.full_like(self.tgt_out, PAD_ID), self.indices)
-
-    @property
-    def num_target_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
-
-    @property
-    def num_source_tokens(self) -> int:
-        return int((self.src != PAD_ID).sum())
-
-
-def _padded(rows: list[list[int]]) -> torch.Tensor:
-    tensor = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tensor[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return tensor
-
-
-def collate(examples: list[Example]) -> Batch:
-    """Pad a list of examples into one batch; the source gets EOS, the target BOS (in) and EOS (out)."""
-    if not examples:
-        raise ValueError("collate needs at least one example")
-    return Batch(
-        src=_padded([e.src + [EOS_ID] for e in examples]),
-        tgt_in=_padded([[BOS_ID] + e.tgt for e in examples]),
-        tgt_out=_padded([e.tgt + [EOS_ID] for e in examples]),
-        indices=[e.index for e in examples],
-    )
 
 
 def token_batches(

@@ -19,8 +19,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.decoding.translate import Translation
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole, written_whole
 from attn_cli.model import Transformer
@@ -61,18 +59,6 @@ def collect_attention(model: Transformer, src_ids: list[int], output_ids: list[i
         model.train(was_training)
     # per kind, layers x (1, heads, queries, keys) -> (layers, heads, queries, keys)
     return AttentionMaps(**{kind: torch.cat(weights[kind]).float().cpu() for kind in KINDS})
-
-
-def translation_attention(
-    model: Transformer, tokenizers: Tokenizers, translation: Translation
-) -> tuple[AttentionMaps, list[str], list[str]] | None:
-    """The attention of a translation's best hypothesis with its source and output pieces, for the
-    first part of an input that was split; None for an empty input, which the model never saw."""
-    if not translation.outputs:
-        return None
-    source_ids, output_ids = translation.parts[0], translation.outputs[0][0].tokens
-    maps = collect_attention(model, source_ids + [EOS_ID], output_ids)
-    return maps, tokenizers.source.id_to_piece(source_ids), tokenizers.target.id_to_piece(output_ids)
 
 
 def numbered_path(path: Path, number: int) -> Path:

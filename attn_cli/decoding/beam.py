@@ -19,19 +19,13 @@ prefix, which all hypotheses of a sentence share (see `Hypothesis`). The model m
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import (
-    Hypothesis,
-    OutputConstraint,
-    length_penalty,
-    prefix_and_limits,
-    restrict_next_tokens,
-    rows_at_limit,
-)
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
+from attn_cli.decoding.search import SearchSettings, prefix_and_limits, restrict_next_tokens, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -40,64 +34,49 @@ from attn_cli.vocab import BOS_ID, EOS_ID
 def beam_search(
     model: Transformer | Ensemble,
     src: torch.Tensor,
-    beam_size: int = 5,
-    alpha: float = 0.6,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    n_best: int = 1,
-    exact_steps: Optional[int] = None,
+    settings: SearchSettings,
     prefix: Optional[torch.Tensor] = None,
-    no_repeat_ngram: int = 0,
-    constraints: Sequence[OutputConstraint] = (),
 ) -> list[list[Hypothesis]]:
-    """The `n_best` best hypotheses of each source sentence in the batch (B, S), best first.
+    """The `settings.n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
-    `model` is one model or an `Ensemble`. `alpha` is the length penalty exponent (0 ranks by
-    log-probability alone). `exact_steps` forces that many output tokens after the prefix (EOS
-    forbidden), for benchmarks. `prefix` (B, P), the same length P for every row, is forced: every
-    hypothesis begins with it. `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in
-    a hypothesis; each of `constraints` rules out tokens at every step (valid UTF-8, no stutter).
+    `model` is one model or an `Ensemble`. `settings.alpha` is the length penalty exponent (0 ranks
+    by log-probability alone). `prefix` (B, P), the same length P for every row, is forced: every
+    hypothesis begins with it.
     """
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
+    check_n_best(settings)
     ensemble = Ensemble.of(model)
-    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
-    search = BeamState(ensemble, src, beam_size, alpha, limits, prefix)
-    return run_beam(search, ensemble, n_best, exact_steps, no_repeat_ngram, constraints)
+    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
+    search = BeamState(ensemble, src, settings.beam_size, settings.alpha, limits, prefix)
+    return run_beam(search, ensemble, settings)
 
 
-def run_beam(
-    search: BeamState,
-    ensemble: Ensemble,
-    n_best: int,
-    exact_steps: Optional[int] = None,
-    no_repeat_ngram: int = 0,
-    constraints: Sequence[OutputConstraint] = (),
-) -> list[list[Hypothesis]]:
+def check_n_best(settings: SearchSettings) -> None:
+    if not 1 <= settings.n_best <= settings.beam_size:
+        raise ValueError(f"n_best={settings.n_best} must be between 1 and the beam size {settings.beam_size}")
+
+
+def run_beam(search: BeamState, ensemble: Ensemble, settings: SearchSettings) -> list[list[Hypothesis]]:
     """The steps of a beam search from its start `search` (a `BeamState`, or one that chooses its
     beam by other rules): decode, restrict, choose, reorder the cache, until every sentence is done."""
-    beam_size = search.k
+    beam_size, exact = search.k, settings.exact_steps is not None
     cache = ensemble.new_cache(hypotheses=beam_size)  # a sentence's k rows share its cross-attention keys
-    steps = exact_steps if exact_steps is not None else int(search.limits.max()) + 1  # + 1 for the EOS
+    steps = settings.exact_steps if exact else int(search.limits.max()) + 1  # + 1 for the EOS
     for step in range(steps):  # step: tokens searched so far, after the prefix
         at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
         if at_limit is not None:
             at_limit = at_limit.repeat_interleave(beam_size)
         # The first call fills the cache with BOS and the whole prefix at once; each later call, the last token.
-        log_probs = ensemble.next_log_probs(
-            search.history[:, cache.steps :], search.encoded, cache, at_limit, exact_steps is not None
-        )
-        rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
-        if no_repeat_ngram or rules:
+        log_probs = ensemble.next_log_probs(search.history[:, cache.steps :], search.encoded, cache, at_limit, exact)
+        if settings.no_repeat_ngram or settings.rules:
             steps_left = (search.limits - step).repeat_interleave(beam_size)
-            restrict_next_tokens(log_probs, search.history, steps_left, no_repeat_ngram, rules)
-        rows, sources = search.advance(log_probs, step, could_end=exact_steps is None)
+            restrict_next_tokens(log_probs, search.history, steps_left, settings.no_repeat_ngram, settings.rules)
+        rows, sources = search.advance(log_probs, step, could_end=not exact)
         if not rows.numel():
             break
         cache.select(rows, sources)
-    if exact_steps is not None:
-        search.finish_all_alive(exact_steps)
-    return [hypotheses[:n_best] for hypotheses in search.finished]
+    if exact:
+        search.finish_all_alive(settings.exact_steps)
+    return [hypotheses[: settings.n_best] for hypotheses in search.finished]
 
 
 class BeamState:

@@ -34,13 +34,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from attn_cli.decoding.beam import BeamState, run_beam
+from attn_cli.decoding.beam import BeamState, check_n_best, run_beam
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import Hypothesis, OutputConstraint, prefix_and_limits
+from attn_cli.decoding.glossary import TokenTerm
+from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.search import SearchSettings, prefix_and_limits
 from attn_cli.model import Transformer
 from attn_cli.vocab import EOS_ID
-
-TokenTerm = tuple[tuple[int, ...], ...]  # one term's alternatives, each a non-empty sequence of target ids
 
 
 @dataclass(frozen=True)
@@ -124,28 +124,23 @@ def constrained_beam_search(
     model: Transformer | Ensemble,
     src: torch.Tensor,
     terms: Sequence[Sequence[TokenTerm]],
-    beam_size: int = 5,
-    alpha: float = 0.6,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    n_best: int = 1,
+    settings: SearchSettings,
     prefix: Optional[torch.Tensor] = None,
-    no_repeat_ngram: int = 0,
-    constraints: Sequence[OutputConstraint] = (),
     word_continuations: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """`beam_search` (same arguments) where every output of row b of `src` holds each of `terms[b]`.
     A row whose every hypothesis was ruled out gets an empty list. `word_continuations` are the
     tokens that would glue onto the word before them (in a language written with spaces, pieces
     that do not begin a word): none may follow a term's last token, so "cat" is not met by "cats"."""
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
+    check_n_best(settings)
     if len(terms) != src.shape[0]:
         raise ValueError(f"{len(terms)} term lists for {src.shape[0]} sentences; give one per sentence")
     ensemble = Ensemble.of(model)
-    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
-    search = BankedBeamState(ensemble, src, beam_size, alpha, limits, prefix, terms, word_continuations)
-    return run_beam(search, ensemble, n_best, no_repeat_ngram=no_repeat_ngram, constraints=constraints)
+    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
+    search = BankedBeamState(
+        ensemble, src, settings.beam_size, settings.alpha, limits, prefix, terms, word_continuations
+    )
+    return run_beam(search, ensemble, settings)
 
 
 class BankedBeamState(BeamState):

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from attn_cli.decoding.hypothesis import next_token_log_probs
+from attn_cli.decoding.search import next_token_log_probs
 from attn_cli.model import Encoded, KVCache, Transformer
 
 

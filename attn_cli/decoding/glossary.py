@@ -38,6 +38,11 @@ class Term:
     targets: tuple[str, ...]  # alternatives: any one satisfies the term
 
 
+TokenTerm = tuple[
+    tuple[int, ...], ...
+]  # a term for a search: its alternatives, each a non-empty sequence of target ids
+
+
 def read_glossary(path: str | Path) -> list[Term]:
     path = Path(path)
     try:  # lines end at \n alone, as input files are read (a U+2028 inside a term is not a line end)
@@ -93,7 +98,7 @@ def combined(general: Sequence[Term], particular: Sequence[Term]) -> list[Term]:
     return [term for term in general if term.source.casefold() not in replaced] + list(particular)
 
 
-def token_alternatives(term: Term, tokenizer: Tokenizer, target_language: str) -> tuple[tuple[int, ...], ...]:
+def token_alternatives(term: Term, tokenizer: Tokenizer, target_language: str) -> TokenTerm:
     """The token sequences that write the term's target side, for a search to place: each target as
     the tokenizer encodes it alone (a word that begins the output or follows a space) and, in a
     language written without spaces, also as it is written inside a sentence, with no mark of a
@@ -151,6 +156,11 @@ def _spans(text: str, phrase: str, language: str) -> list[tuple[int, int]]:
 
 def occurs(text: str, phrase: str, language: str) -> bool:
     return bool(_spans(text, phrase, language))
+
+
+def holds_terms(text: str, terms: Sequence[Term], language: str) -> bool:
+    """Whether `text` holds one target of each of `terms`."""
+    return all(any(occurs(text, target, language) for target in term.targets) for term in terms)
 
 
 def applicable_terms(sentence: str, terms: Sequence[Term], source_language: str) -> list[Term]:

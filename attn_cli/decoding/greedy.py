@@ -1,21 +1,16 @@
 """Greedy decoding and sampling on top of `Transformer.encode`/`decode` and the KV cache, for one
 model or an `Ensemble` (`ensemble.py`). Beam search lives in `beam.py`, the pieces every search
-shares in `hypothesis.py`."""
+shares in `search.py`."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
-from attn_cli.decoding.hypothesis import (
-    Hypothesis,
-    OutputConstraint,
-    prefix_and_limits,
-    restrict_next_tokens,
-    rows_at_limit,
-)
+from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.search import SearchSettings, prefix_and_limits, restrict_next_tokens, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -52,43 +47,38 @@ def sampler(
 def greedy_search(
     model: Transformer | Ensemble,
     src: torch.Tensor,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    use_cache: bool = True,
-    exact_steps: Optional[int] = None,
-    choose: TokenChooser = choose_most_likely,
-    samples: int = 1,
-    alpha: float = 0.0,
-    scored: bool = True,
+    settings: SearchSettings = SearchSettings(),
     prefix: Optional[torch.Tensor] = None,
-    no_repeat_ngram: int = 0,
-    constraints: Sequence[OutputConstraint] = (),
+    choose: TokenChooser = choose_most_likely,
+    use_cache: bool = True,
+    scored: bool = True,
 ) -> list[list[Hypothesis]]:
     """Decode a batch (B, S) one token at a time; each sentence stops at its own EOS or its limit.
 
     `model` is one model or an `Ensemble`. `choose` picks each next token: the most likely (greedy)
-    or a `sampler`; `samples` > 1 draws that many outputs per source. A sentence that has ended
-    leaves the batch, so the long ones do not keep the finished ones computing. `use_cache=False`
-    re-runs the decoder over the whole history at every step (the reference the cache is tested
-    and benchmarked against). `exact_steps` forces that many output tokens after the prefix (EOS
-    forbidden), for benchmarks. `alpha` is the length penalty that sets each hypothesis's score;
-    `scored=False` (greedy only) skips the scores, and the log-softmax they need at every step, and
-    leaves them NaN. `prefix` (B, P), the same length P for every row, is forced: every output
-    begins with it, and the search continues from there (see `Hypothesis` for how it is scored).
-    `no_repeat_ngram` > 0 forbids any token n-gram of that size twice in an output; each of
-    `constraints` rules out tokens at every step (valid UTF-8, no stutter). Returns `samples`
-    hypotheses per source.
+    or a `sampler`; `settings.n_best` > 1 draws that many outputs per source. A sentence that has
+    ended leaves the batch, so the long ones do not keep the finished ones computing. `settings`
+    give the output limits, the length penalty that scores each hypothesis and the rules every
+    output keeps (`settings.beam_size` is not read). `prefix` (B, P), the same length P for every
+    row, is forced: every output begins with it, and the search continues from there (see
+    `Hypothesis` for how it is scored). `use_cache=False` re-runs the decoder over the whole history
+    at every step (the reference the cache is tested and benchmarked against). `scored=False`
+    (greedy only) skips the scores, and the log-softmax they need at every step, and leaves them NaN.
+    Returns `settings.n_best` hypotheses per source.
     """
     with torch.inference_mode():  # a search records no gradients
         if not scored and choose is not choose_most_likely:
             raise ValueError("sampling needs normalized scores")
         ensemble = Ensemble.of(model)
-        prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, max_len_a, max_len_b)
+        samples, exact = settings.n_best, settings.exact_steps is not None
+        prefix, limits = prefix_and_limits(
+            src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b
+        )
         encoded = ensemble.encode(src)
         if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
             rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
             encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]
-        steps = exact_steps if exact_steps is not None else int(limits.max()) + 1  # + 1 for the EOS
+        steps = settings.exact_steps if exact else int(limits.max()) + 1  # + 1 for the EOS
         shortest_limit = int(limits.min())
         cache = ensemble.new_cache() if use_cache else None
         state = _GreedyState(encoded, limits, prefix, scored)
@@ -96,22 +86,21 @@ def greedy_search(
             # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
             new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
             at_limit = rows_at_limit(step, state.limits, shortest_limit)
-            log_probs = ensemble.next_log_probs(
-                new_tokens, state.encoded, cache, at_limit, exact_steps is not None, normalize=scored
-            )
-            rules = constraints if exact_steps is None else ()  # forced-length decoding keeps none
-            if no_repeat_ngram or rules:
-                restrict_next_tokens(log_probs, state.history, state.limits - step, no_repeat_ngram, rules)
+            log_probs = ensemble.next_log_probs(new_tokens, state.encoded, cache, at_limit, exact, normalize=scored)
+            if settings.no_repeat_ngram or settings.rules:
+                restrict_next_tokens(
+                    log_probs, state.history, state.limits - step, settings.no_repeat_ngram, settings.rules
+                )
             next_tokens = choose(log_probs)
             state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
             ended = next_tokens == EOS_ID
             if ended.any():
-                kept = state.finish(ended, alpha)
+                kept = state.finish(ended, settings.alpha)
                 if not kept.numel():
                     break
                 if cache is not None:
                     cache.select(kept, source_rows=kept)
-        state.finish(torch.ones_like(state.alive, dtype=torch.bool), alpha)  # exact_steps: whatever is left
+        state.finish(torch.ones_like(state.alive, dtype=torch.bool), settings.alpha)  # exact_steps: whatever is left
         return [state.results[b * samples : (b + 1) * samples] for b in range(src.shape[0])]
 
 
@@ -150,13 +139,8 @@ class _GreedyState:
 
 
 def greedy_decode(
-    model: Transformer,
-    src: torch.Tensor,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    use_cache: bool = True,
-    exact_steps: Optional[int] = None,
+    model: Transformer, src: torch.Tensor, settings: SearchSettings = SearchSettings(), use_cache: bool = True
 ) -> list[list[int]]:
     """The greedy output ids of each source sentence, without scores (see `greedy_search`)."""
-    results = greedy_search(model, src, max_len_a, max_len_b, use_cache, exact_steps, scored=False)
+    results = greedy_search(model, src, settings, use_cache=use_cache, scored=False)
     return [hypotheses[0].tokens for hypotheses in results]

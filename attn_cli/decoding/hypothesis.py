@@ -1,151 +1,38 @@
-"""What every search shares: the `Hypothesis` record, the GNMT length penalty, output length
-limits, the empty forced prefix, the next-token distribution and the constraints on it."""
+"""One output of a search, and how outputs are ranked: the `Hypothesis` record and the GNMT length
+penalty. Imports nothing heavy: the CTranslate2 engine and the translation pipeline use it without torch."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
 from dataclasses import dataclass
-from typing import Optional, Protocol
-
-import torch
-
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
-
-# Tokens the decoder must never emit: padding and a second start-of-sentence.
-_NEVER_EMITTED = [PAD_ID, BOS_ID]
 
 
 @dataclass
 class Hypothesis:
-    """One output. With a forced prefix, `tokens` begin with the prefix's, and `log_prob` and `score`
-    count only the tokens searched after it (the prefix is given, not chosen; see `output_limits`)."""
+    """One output. With a forced prefix, `tokens` begin with the prefix's, and `log_prob`, `score`
+    and `length` count only the tokens searched after it (the prefix is given, not chosen)."""
 
     tokens: list[int]  # output ids, without BOS and EOS
     log_prob: float  # summed log-probability of the searched tokens and the EOS that ended them
-    score: float  # what ranks hypotheses: log_prob / length_penalty(searched tokens + 1, alpha)
+    score: float  # what ranks hypotheses: log_prob / length_penalty(length, alpha)
+    length: int = 1  # the searched tokens, its EOS counted: what log_prob sums over
 
     @classmethod
     def scored(cls, tokens: list[int], log_prob: float, length: int, alpha: float) -> Hypothesis:
         """The hypothesis of `length` searched tokens (its EOS counted), ranked by GNMT's penalty."""
-        return cls(tokens, log_prob, log_prob / length_penalty(length, alpha))
+        return cls(tokens, log_prob, log_prob / length_penalty(length, alpha), length)
 
 
-class OutputConstraint(Protocol):
-    """A rule every output keeps, applied at each step of a search (decoding/utf8.py, decoding/stutter.py)."""
-
-    rule: str  # how a message names it, e.g. "decode.no_stutter"
-
-    def restrict(self, log_probs: torch.Tensor, history: torch.Tensor, steps_left: torch.Tensor) -> torch.Tensor:
-        """Rule out, in place, each row's next tokens that would break the rule. `history` (rows, L)
-        is each row's BOS, prefix and searched tokens; `steps_left` (rows,) how many tokens each row
-        may still add before its EOS, this one included."""
-        ...
-
-
-def length_penalty(length: int | torch.Tensor, alpha: float):
-    """GNMT's ((5 + |Y|) / 6) ** alpha (Wu et al., 2016); |Y| counts the EOS. alpha = 0 turns it off."""
+def length_penalty(length, alpha: float):
+    """GNMT's ((5 + |Y|) / 6) ** alpha (Wu et al., 2016); |Y| counts the EOS. alpha = 0 turns it off.
+    `length` may be a number or a tensor of them."""
     return ((5 + length) / 6) ** alpha
 
 
-def output_limits(
-    max_target_tokens: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int, prefix_length: int = 0
-) -> torch.Tensor:
-    """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
-    learned target positions end (`max_target_positions`, None for no end; one position is kept
-    for the EOS).
-
-    A forced prefix of `prefix_length` tokens is part of the output, so it counts toward the limit:
-    what is returned is how many tokens the search may add after it (0 when the prefix already
-    reaches the limit: the output is the prefix and an EOS)."""
-    source_lengths = (src != PAD_ID).sum(dim=1) - 1  # the source ends in EOS
-    limits = (max_len_a * source_lengths.float()).long() + max_len_b
-    if max_target_tokens is not None:
-        limits = limits.clamp(max=max_target_tokens)
-    return (limits - prefix_length).clamp(min=0)
-
-
-def prefix_and_limits(
-    src: torch.Tensor,
-    prefix: Optional[torch.Tensor],
-    max_target_tokens: Optional[int],
-    max_len_a: float,
-    max_len_b: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where a search over (B, S) sources starts: the forced prefix of every row ((B, 0) for none),
-    and how many tokens each row may search after it (`output_limits`)."""
-    prefix = no_prefix(src) if prefix is None else prefix
-    return prefix, output_limits(max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
-
-
-def no_prefix(src: torch.Tensor) -> torch.Tensor:
-    """The empty forced prefix of every row of `src`: (B, 0)."""
-    return src.new_empty((src.shape[0], 0))
-
-
-def next_token_log_probs(
-    logits: torch.Tensor, at_limit: Optional[torch.Tensor], exact: bool, normalize: bool = True
-) -> torch.Tensor:
-    """(rows, V) logits -> log-probabilities of what may come next.
-
-    Padding and BOS are never emitted. A row whose `at_limit` is True may only end (EOS keeps its
-    own probability, so scores stay true log-probabilities); None means no row is at its limit.
-    `exact` forbids ending at all. `normalize=False` leaves the log-softmax out: the same ranking,
-    for a caller that needs only the most likely token and no score.
-    """
-    logits = logits.float()
-    logits[:, _NEVER_EMITTED] = float("-inf")
-    log_probs = logits.log_softmax(dim=-1) if normalize else logits
-    if exact:
-        log_probs[:, EOS_ID] = float("-inf")
-    elif at_limit is not None and at_limit.any():
-        eos = log_probs[at_limit, EOS_ID]
-        log_probs[at_limit] = float("-inf")
-        log_probs[at_limit, EOS_ID] = eos
-    return log_probs
-
-
-def ban_repeated_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) -> torch.Tensor:
-    """Forbid, in place, each row's next tokens that would complete a token n-gram the row already
-    holds (fairseq's and CTranslate2's no_repeat_ngram_size), so a stutter such as 叔叔叔叔 cannot
-    grow; `n` = 1 forbids every token already used. `history` (rows, L) is BOS, any forced prefix
-    and the tokens searched so far; EOS is never in it, so every row may still end."""
-    tokens = history[:, 1:]  # without BOS
-    length = tokens.shape[1]
-    if n < 1 or length < n:  # no complete n-gram yet
-        return log_probs
-    windows = tokens.unfold(1, n, 1)  # (rows, L - n + 1, n): every n-gram so far
-    ending = tokens[:, length - n + 1 :]  # (rows, n - 1): what the next token would complete
-    repeats = (windows[:, :, :-1] == ending[:, None, :]).all(dim=-1)  # (rows, L - n + 1)
-    rows, starts = repeats.nonzero(as_tuple=True)
-    log_probs[rows, windows[rows, starts, -1]] = float("-inf")
-    return log_probs
-
-
-def restrict_next_tokens(
-    log_probs: torch.Tensor,
-    history: torch.Tensor,
-    steps_left: torch.Tensor,
-    no_repeat_ngram: int = 0,
-    constraints: Sequence[OutputConstraint] = (),
-) -> torch.Tensor:
-    """Rule out, in place, the next tokens that `no_repeat_ngram` and each of `constraints` forbid
-    (`steps_left` as `OutputConstraint.restrict` takes it).
-
-    The rules together can leave a row no token at all (no_repeat_ngram, say, forbidding the byte
-    that would finish a character, and the UTF-8 rule forbidding EOS before it is finished). Such a
-    row ends: EOS gets back the log-probability it had before the rules, so no search picks padding
-    from a row of -inf, nor samples from NaN."""
-    eos = log_probs[:, EOS_ID].clone()
-    if no_repeat_ngram:
-        ban_repeated_ngrams(log_probs, history, no_repeat_ngram)
-    for constraint in constraints:
-        constraint.restrict(log_probs, history, steps_left)
-    stuck = torch.isneginf(log_probs).all(dim=1)
-    if stuck.any():
-        log_probs[stuck, EOS_ID] = eos[stuck]
-    return log_probs
-
-
-def rows_at_limit(step: int, limits: torch.Tensor, shortest_limit: int) -> Optional[torch.Tensor]:
-    """(rows,) whether each row has reached its limit at this step; None while none can have."""
-    return step >= limits if step >= shortest_limit else None
+def confidence(hypotheses: list[Hypothesis]) -> float:
+    """The geometric mean of the probabilities the model gave the tokens it chose across `hypotheses`
+    (the parts of one input; their EOS included, a forced prefix not): exp(log P / tokens), between 0
+    and 1 and comparable across lengths. 1.0 for nothing chosen (an empty input)."""
+    if not hypotheses:
+        return 1.0
+    return math.exp(sum(h.log_prob for h in hypotheses) / max(sum(h.length for h in hypotheses), 1))

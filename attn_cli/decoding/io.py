@@ -1,5 +1,5 @@
 """Sentences in and translations out, as lines: reading input files and stdin (text, or JSONL with
-a prefix and a glossary per line), writing text or JSONL.
+a prefix and a glossary per line) into `Source` records, writing text or JSONL.
 
 `attn translate` and `attn eval` read and write through here; the messages name the file and line
 at fault, so they can be shown to the user as they are.
@@ -13,11 +13,12 @@ import json
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
 from attn_cli.decoding.glossary import Term, combined, glossary_from_json
-from attn_cli.decoding.translate import Translation
+from attn_cli.decoding.records import Source, Translation
 from attn_cli.errors import UserError
 from attn_cli.files import written_whole
 
@@ -70,30 +71,32 @@ def valid_text(
     return valid
 
 
-def parse_inputs(
-    lines: Sequence[str],
-    input_format: str,
-    where: str | Path,
-    first_number: int = 1,
-    prefix: str = "",
-    glossary: Sequence[Term] = (),
-) -> tuple[list[str], list[str], list[list[Term]]]:
-    """The sources, prefixes and glossaries of input lines. A text line is a source, with `prefix`
-    (--prefix, "" for none) and the terms of `glossary` (--glossary). A JSONL line is an object
-    {"source": "...", "prefix": "...", "glossary": [["term", "target"], ...]}: "prefix" may be left
-    out (then `prefix` applies), a line's "glossary" adds to `glossary` (its targets win for a term
-    in both), and an empty line is an empty source, as in text."""
-    if input_format not in INPUT_FORMATS:
-        raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
-    if input_format == "text":
-        return list(lines), [prefix] * len(lines), [list(glossary)] * len(lines)
-    sources, prefixes, glossaries = [], [], []
-    for number, line in enumerate(lines, start=first_number):
-        record = _input_record(line, f"{where} line {number}") if line.strip() else {"source": ""}
-        sources.append(record["source"])
-        prefixes.append(record.get("prefix", prefix))
-        glossaries.append(combined(glossary, record.get("glossary", [])))
-    return sources, prefixes, glossaries
+@dataclass(frozen=True)
+class Reading:
+    """How input lines become sources: their format (text or JSONL), and what every source gets
+    unless its JSONL line says otherwise (--prefix, --glossary, whether attention is wanted)."""
+
+    format: str = "text"
+    prefix: str = ""
+    glossary: tuple[Term, ...] = ()
+    attention: bool = False
+
+    def sources(self, lines: Sequence[str], where: str | Path, first_number: int = 1) -> list[Source]:
+        """The sources of input lines. A text line is a source with the reading's prefix and glossary.
+        A JSONL line is an object {"source": "...", "prefix": "...", "glossary": [["term", "target"],
+        ...]}: "prefix" may be left out (then the reading's applies), a line's "glossary" adds to the
+        reading's (its targets win for a term in both), and an empty line is an empty source, as in
+        text. Errors name `where` and the line."""
+        if self.format not in INPUT_FORMATS:
+            raise ValueError(f"input format {self.format!r} is not one of {', '.join(INPUT_FORMATS)}")
+        if self.format == "text":
+            return [Source(line, self.prefix, self.glossary, self.attention) for line in lines]
+        sources = []
+        for number, line in enumerate(lines, start=first_number):
+            record = _input_record(line, f"{where} line {number}") if line.strip() else {"source": ""}
+            terms = tuple(combined(self.glossary, record.get("glossary", [])))
+            sources.append(Source(record["source"], record.get("prefix", self.prefix), terms, self.attention))
+        return sources
 
 
 def _input_record(line: str, where: str) -> dict:
@@ -166,8 +169,8 @@ def stdin_batches(stream: TextIO, max_lines: int = 64) -> Iterator[list[str]]:
 
 class TranslationWriter:
     """Writes translations as text (one line each; with n-best, `input<TAB>score<TAB>text` lines) or
-    JSONL (source, translations with scores and tokens), and tells `warn` about inputs that were cut,
-    naming them by line of `where` (a file, "stdin" or "argument")."""
+    JSONL (`Translation.to_dict`, one object a line), and tells `warn` each translation's notes,
+    naming its line of `where` (a file, "stdin" or "argument")."""
 
     def __init__(self, out: TextIO, output_format: str, warn: Callable[[str], None], where: str | Path):
         if output_format not in OUTPUT_FORMATS:
@@ -178,33 +181,17 @@ class TranslationWriter:
     def write(self, translations: Sequence[Translation]) -> None:
         for translation in translations:
             self.count += 1
-            if translation.note:
-                self.warn(f"warning: {self.where} line {self.count}: {translation.note}")
+            for note in translation.notes:
+                self.warn(f"warning: {self.where} line {self.count}: {note.message}")
             self.out.write(self._format(translation))
         self.out.flush()  # each batch as soon as it is done, so a reader at the other end of a pipe sees it
 
     def _format(self, translation: Translation) -> str:
         if self.format == "jsonl":
-            hypotheses = [
-                {"text": text, "score": round(score, 4), "tokens": tokens}
-                for text, score, tokens in zip(translation.texts, translation.scores, translation.tokens)
-            ]
-            record = {"source": translation.source}
-            if translation.prefix:
-                record["prefix"] = translation.prefix
-            record["translations"] = hypotheses
-            if translation.terms:  # a glossary applied
-                record["terms"] = translation.terms
-                if translation.unmet_terms:
-                    record["unmet_terms"] = translation.unmet_terms
-            if translation.note:
-                record["note"] = translation.note
-            return json.dumps(record, ensure_ascii=False) + "\n"
-        if len(translation.texts) == 1:
-            return translation.texts[0] + "\n"
-        return "".join(
-            f"{self.count - 1}\t{score:.4f}\t{text}\n" for text, score in zip(translation.texts, translation.scores)
-        )
+            return json.dumps(translation.to_dict(), ensure_ascii=False) + "\n"
+        if len(translation.candidates) == 1:
+            return translation.text + "\n"
+        return "".join(f"{self.count - 1}\t{c.score:.4f}\t{c.text}\n" for c in translation.candidates)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ from typing import Optional
 
 import torch
 
-from attn_cli.data.batching import Example, collate
+from attn_cli.data.batching import Example
+from attn_cli.data.collate import collate
 from attn_cli.data.corpus import Pair
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.vocab import PAD_ID

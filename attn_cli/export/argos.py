@@ -28,7 +28,8 @@ from attn_cli import languages
 from attn_cli.config import Config, CorpusConfig
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_readme
 from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.export.convert import ExportError, export
+from attn_cli.engines.ctranslate2 import ExportError
+from attn_cli.export.convert import export
 from attn_cli.export.sentence_splitter import minisbd_model
 from attn_cli.files import written_whole
 from attn_cli.model import Transformer

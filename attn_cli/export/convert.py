@@ -16,35 +16,15 @@ import torch
 
 from attn_cli.config import Config, config_to_yaml
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
-from attn_cli.errors import UserError
+from attn_cli.engines.ctranslate2 import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2, position_rows
 from attn_cli.files import directory_built_whole, require_new_directory, write_whole
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, UNK_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float32", "float16", "bfloat16")
-CONFIG_FILE = "attn.yaml"
-TOKENIZER_DIR = "tokenizer"
-# Sinusoidal positions have no end in attn; CTranslate2 needs a table, and this many rows is far
-# beyond what a sentence takes (a longer input is split before it reaches the model).
-SINUSOIDAL_ROWS = 1024
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's
 # Position schemes whose vectors can be written out as a table added to the embeddings.
 EXPORTABLE_POSITIONS = ("sinusoidal", "learned")
-
-
-class ExportError(UserError):
-    pass
-
-
-def import_ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError:
-        raise ExportError(
-            'CTranslate2 is not installed; install it with `pip install "attn-cli[ct2]"` '
-            '(from a checkout: pip install -e ".[ct2]")'
-        ) from None
-    return ctranslate2
 
 
 def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: Path, quantization: str) -> None:
@@ -107,13 +87,6 @@ def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer,
 
 def _pieces(tokenizer: Tokenizer) -> list[str]:
     return tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
-
-
-def position_rows(config: Config) -> int:
-    """How many positions the exported table holds: a learned table's own, or sinusoidal rows enough."""
-    if config.model.positions == "learned":
-        return config.model.max_positions
-    return max(SINUSOIDAL_ROWS, config.model.max_positions)
 
 
 def _position_table(model: Transformer, config: Config) -> dict[str, np.ndarray]:

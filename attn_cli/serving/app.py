@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 
 from attn_cli import package_version
 from attn_cli.serving import api, libretranslate
-from attn_cli.serving.models import RequestError
+from attn_cli.serving.errors import RequestError
 from attn_cli.serving.server import Server
 
 log = logging.getLogger("attn.serve")

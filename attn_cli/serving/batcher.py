@@ -1,10 +1,12 @@
 """One model worker per served model: it drains a queue of translation jobs and decodes the sentences
 of concurrent requests together, so that throughput grows with load instead of serialising it.
 
-A request's sentences are one `Job`. The worker takes the oldest job, and while the queue holds fewer
-source tokens than the token budget it waits up to `max_wait` seconds from that job's arrival for
-others; then it decodes every waiting job with the same decoding options, up to the budget, in one
-call of `attn_cli.translator.translate` (which sorts them by length into token-budget batches).
+A request's sentences are one `Job`, already encoded into the parts the model decodes (the server
+does it as the request arrives, so nothing is tokenized twice). The worker takes the oldest job, and
+while the queue holds fewer source tokens than the token budget it waits up to `max_wait` seconds
+from that job's arrival for others; then it decodes every waiting job with the same decoding
+options, up to the budget, in one pass of the translation pipeline (attn_cli/decoding/pipeline.py,
+which sorts their parts by length into token-budget batches).
 It waits only while requests are concurrent, that is when its last call decoded more than one job:
 a lone client's request is decoded at once, with nobody to wait for, and under load jobs are
 already waiting.
@@ -23,13 +25,14 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING
 
 from attn_cli.config import DecodeConfig
-from attn_cli.decoding.glossary import Term
-from attn_cli.decoding.translate import Translation
-from attn_cli.serving.models import ServedModel
-from attn_cli.translator import translate
+from attn_cli.decoding.pipeline import translate_prepared
+from attn_cli.decoding.records import SourceParts, Translation
+
+if TYPE_CHECKING:
+    from attn_cli.decoding.engine import Engine
 
 
 class QueueFull(Exception):
@@ -37,21 +40,12 @@ class QueueFull(Exception):
 
 
 @dataclass
-class JobResult:
-    translations: list[Translation]
-    attention: list  # per translation: (AttentionMaps, source pieces, target pieces) or None; [] when not asked
-
-
-@dataclass
 class Job:
-    sentences: list[str]
+    prepared: list[SourceParts]  # the request's sentences, encoded
     options: DecodeConfig
-    prefixes: Optional[list[str]]  # one per sentence, or None
-    attention: bool  # also take each translation's attention maps
     tokens: int  # its source tokens: what the token budget counts
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
-    glossary: list[Term] = field(default_factory=list)  # terms for each of its sentences
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
@@ -60,7 +54,7 @@ class Job:
         repeatable only when decoded alone, as `attn translate` would)."""
         return self.options == other.options and self.options.seed is None
 
-    def answer(self, result: JobResult | None = None, error: BaseException | None = None) -> None:
+    def answer(self, result: list[Translation] | None = None, error: BaseException | None = None) -> None:
         """Resolve the request's future from the worker thread (a no-op if it gave up waiting)."""
 
         def resolve():
@@ -85,13 +79,13 @@ class BatcherStats:
 class Batcher:
     def __init__(
         self,
-        served: ServedModel,
+        engine: Engine,
         capacity: int = 1024,
         max_wait: float = 0.005,
         token_budget: int = 4000,
         batching=True,
     ):
-        self.served, self.capacity, self.max_wait, self.token_budget = served, capacity, max_wait, token_budget
+        self.engine, self.capacity, self.max_wait, self.token_budget = engine, capacity, max_wait, token_budget
         self.batching = batching  # False: one request per decoding call, the one-at-a-time baseline
         self.stats = BatcherStats()
         self._queue: deque[Job] = deque()
@@ -100,7 +94,10 @@ class Batcher:
         self._changed = threading.Condition()
         self._stopping = False
         self._last_group_size = 0  # jobs the last decoding call served: more than one means concurrent load
-        self._thread = threading.Thread(target=self._run, name=f"model-worker-{served.name}", daemon=True)
+        language = engine.config.data
+        self._thread = threading.Thread(
+            target=self._run, name=f"model-worker-{language.src_lang}-{language.tgt_lang}", daemon=True
+        )
 
     @property
     def queued_sentences(self) -> int:
@@ -117,20 +114,14 @@ class Batcher:
         self._thread.join(timeout)
 
     async def translate(
-        self,
-        sentences: Sequence[str],
-        options: DecodeConfig,
-        prefixes=None,
-        attention=False,
-        timeout=None,
-        glossary: Sequence[Term] = (),
-    ) -> JobResult:
-        """The translations of a request's sentences, decoded with whatever else is waiting. Raises
-        QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is dropped if
-        it has not started); a cancelled caller (its client went away) drops its job too."""
+        self, prepared: Sequence[SourceParts], options: DecodeConfig, timeout=None
+    ) -> list[Translation]:
+        """The translations of a request's encoded sentences, decoded with whatever else is waiting.
+        Raises QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is
+        dropped if it has not started); a cancelled caller (its client went away) drops its job too."""
         loop = asyncio.get_running_loop()
-        tokens = sum(len(ids) + 1 for ids in self.served.loaded.tokenizers.encode_sources(list(sentences)))
-        job = Job(list(sentences), options, prefixes, attention, tokens, loop.create_future(), loop, list(glossary))
+        tokens = sum(len(part.ids) + 1 for source in prepared for part in source.parts)
+        job = Job(list(prepared), options, tokens, loop.create_future(), loop)
         self._put(job)
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
@@ -140,13 +131,13 @@ class Batcher:
 
     def _put(self, job: Job) -> None:
         with self._changed:
-            if self._stopping or self._queued_sentences + len(job.sentences) > self.capacity:
+            if self._stopping or self._queued_sentences + len(job.prepared) > self.capacity:
                 self.stats.refused += 1
                 raise QueueFull(
                     f"the queue is full ({self._queued_sentences} sentences waiting, room for {self.capacity})"
                 )
             self._queue.append(job)
-            self._queued_sentences += len(job.sentences)
+            self._queued_sentences += len(job.prepared)
             self._queued_tokens += job.tokens
             self.stats.requests += 1
             self._changed.notify_all()
@@ -179,7 +170,7 @@ class Batcher:
                 job = self._queue.popleft()
                 fits = not group or (self.batching and job.joins(group[0]) and tokens + job.tokens <= self.token_budget)
                 if job.cancelled or fits:
-                    self._queued_sentences -= len(job.sentences)
+                    self._queued_sentences -= len(job.prepared)
                     self._queued_tokens -= job.tokens
                     if job.cancelled:
                         self.stats.cancelled += 1
@@ -210,26 +201,13 @@ class Batcher:
             except Exception as error:
                 job.answer(error=error)
 
-    def _translate_jobs(self, jobs: list[Job]) -> list[JobResult]:
-        sentences = [sentence for job in jobs for sentence in job.sentences]
-        prefixes = None
-        if any(job.prefixes for job in jobs):
-            prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.sentences))]
-        glossaries = None
-        if any(job.glossary for job in jobs):  # terms are per sentence: requests with and without join one call
-            glossaries = [job.glossary for job in jobs for _ in job.sentences]
-        translations = translate(self.served.loaded, sentences, jobs[0].options, prefixes, glossaries=glossaries)
+    def _translate_jobs(self, jobs: list[Job]) -> list[list[Translation]]:
+        prepared = [source for job in jobs for source in job.prepared]
+        translations = translate_prepared(self.engine, prepared, jobs[0].options)
         self.stats.calls += 1
-        self.stats.sentences += len(sentences)
+        self.stats.sentences += len(prepared)
         results, start = [], 0
         for job in jobs:
-            mine = translations[start : start + len(job.sentences)]
-            start += len(job.sentences)
-            results.append(JobResult(mine, [self._attention(t) for t in mine] if job.attention else []))
+            results.append(translations[start : start + len(job.prepared)])
+            start += len(job.prepared)
         return results
-
-    def _attention(self, translation: Translation):
-        from attn_cli.decoding.attention_view import translation_attention
-
-        loaded = self.served.loaded
-        return translation_attention(loaded.model, loaded.tokenizers, translation)

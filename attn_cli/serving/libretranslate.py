@@ -16,8 +16,9 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from attn_cli.serving.models import RequestError
-from attn_cli.serving.server import Server, while_connected
+from attn_cli.serving.errors import RequestError
+from attn_cli.serving.request import TranslationRequest
+from attn_cli.serving.server import Server
 from attn_cli.serving.texts import texts_of
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -81,27 +82,28 @@ def _count(fields: dict, key: str) -> int:
 async def translate(request: Request) -> JSONResponse:
     """Fields: q (a string or a list), source (a code or "auto"), target, format ("text" or
     "html"), alternatives (how many other translations to add), api_key."""
-    server = _server(request)
     fields = await request_fields(request)
-    server.check_key(fields.get("api_key"))
     texts, is_list = texts_of(fields.get("q"))
-    source, target = _string(fields, "source", "auto"), _string(fields, "target")
-    model = server.models.for_languages(source, target)
+    source = _string(fields, "source", "auto")
     alternatives = _count(fields, "alternatives")
-    given = {}
-    if alternatives:
-        beam = max(model.loaded.config.decode.beam_size, alternatives + 1)
-        given = {"n_best": alternatives + 1, "beam_size": beam}
-    options = server.decode_options(model, given)
-    translated = await while_connected(
-        request, server.translate(model, texts, str(fields.get("format", "text")), options)
+    translated = await _server(request).translate(
+        TranslationRequest(
+            texts,
+            str(fields.get("format", "text")),
+            source=source,
+            target=_string(fields, "target"),
+            options={"n_best": alternatives + 1} if alternatives else {},
+            api_key=fields.get("api_key"),
+        ),
+        request,
     )
-    answer: dict[str, Any] = {"translatedText": translated.texts if is_list else translated.texts[0]}
+    rebuilt = [translated.rebuilt(index) for index in range(len(texts))]
+    answer: dict[str, Any] = {"translatedText": rebuilt if is_list else rebuilt[0]}
     if alternatives:
         others = [translated.alternatives(index)[1:] for index in range(len(texts))]
         answer["alternatives"] = others if is_list else others[0]
     if source == "auto":
-        detected = [{"confidence": 100.0, "language": model.source} for _ in texts]
+        detected = [{"confidence": 100.0, "language": translated.model.source} for _ in texts]
         answer["detectedLanguage"] = detected if is_list else detected[0]
     return JSONResponse(answer)
 

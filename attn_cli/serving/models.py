@@ -10,56 +10,46 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 from attn_cli import languages
 from attn_cli.errors import UserError
-from attn_cli.translator import Loaded
+from attn_cli.serving.errors import RequestError
 
-
-class RequestError(ValueError):
-    """A request the server refuses: the message names the field at fault and how to fix it, and
-    `status` is the HTTP status it is answered with."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
+if TYPE_CHECKING:
+    from attn_cli.decoding.engine import Engine
 
 
 @dataclass
 class ServedModel:
     name: str  # "en-zh": how /v1 requests and the page name it
-    loaded: Loaded
+    engine: Engine
 
     @property
     def source(self) -> str:
-        return self.loaded.config.data.src_lang
+        return self.engine.config.data.src_lang
 
     @property
     def target(self) -> str:
-        return self.loaded.config.data.tgt_lang
+        return self.engine.config.data.tgt_lang
 
     @property
     def backend(self) -> str:
-        return "ctranslate2" if self.loaded.exported is not None else "pytorch"
-
-    @property
-    def has_attention(self) -> bool:
-        """Whether attention maps can be taken: one checkpoint's own model (not an ensemble, not CTranslate2)."""
-        return self.loaded.exported is None and not self.loaded.is_ensemble
+        return self.engine.capabilities.backend
 
     def describe(self) -> dict:
-        config = self.loaded.config.model
+        config = self.engine.config.model
         return {
             "name": self.name,
             "source": self.source,
             "target": self.target,
             "backend": self.backend,
-            "files": [path.name for path in self.loaded.paths],
+            "files": [path.name for path in self.engine.paths],
             "layers": {"encoder": config.encoder_layers, "decoder": config.decoder_layers},
             "heads": config.num_heads,
-            "attention": self.has_attention,
+            "attention": self.engine.capabilities.attention,
             "decode": {
-                key: getattr(self.loaded.config.decode, key) for key in ("beam_size", "n_best", "length_penalty")
+                key: getattr(self.engine.config.decode, key) for key in ("beam_size", "n_best", "length_penalty")
             },
         }
 
@@ -67,22 +57,33 @@ class ServedModel:
 class ServedModels:
     """The served models, each named by its language pair."""
 
-    def __init__(self, loaded: Sequence[Loaded]):
+    def __init__(self, engines: Sequence[Engine]):
         self.models: dict[str, ServedModel] = {}
-        for model in loaded:
-            config = model.config.data
+        for engine in engines:
+            config = engine.config.data
             name = f"{config.src_lang}-{config.tgt_lang}"
             if name in self.models:
                 raise UserError(
-                    f"two models serve {name} ({self.models[name].loaded.paths[0]} and {model.paths[0]}); "
+                    f"two models serve {name} ({self.models[name].engine.paths[0]} and {engine.paths[0]}); "
                     f"serve one model per language pair"
                 )
-            self.models[name] = ServedModel(name, model)
+            self.models[name] = ServedModel(name, engine)
         if not self.models:
             raise ValueError("no models to serve")
 
     def __iter__(self):
         return iter(self.models.values())
+
+    def choose(self, name: Optional[str], source: Optional[str], target: Optional[str]) -> ServedModel:
+        """The model a request names: by `name`, else by its languages (`source` None: "auto"), else
+        the only one served."""
+        if name is not None:
+            return self.named(name)
+        if target is not None:
+            return self.for_languages(source or "auto", target)
+        if len(self.models) == 1:
+            return next(iter(self))
+        raise RequestError(f"model: several models are served ({', '.join(self.models)}); name one")
 
     def named(self, name: str) -> ServedModel:
         if name not in self.models:

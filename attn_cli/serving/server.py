@@ -1,9 +1,10 @@
 """The serving core that both APIs share: the served models with a model worker each, the limits
-every request is held to, the API keys, and one call from texts to translations.
+every request is held to, the API keys, and one call from a `TranslationRequest` to translations.
 
-A request's decoding options are the ones `attn translate` takes, by their decode keys
-(attn_cli/decoding/options.py), validated by the same rule as the config; what a request leaves out
-keeps the model's config value.
+`Server.translate` does, once for every API: the key check, the choice of model, the decoding
+options (validated by the same rule as the config; what a request leaves out keeps the model's
+value), the texts cut into sentences, the limits, what the engine refuses (in the request's field
+names), the sentences encoded into parts, the queue, and the answer's texts rebuilt.
 """
 
 from __future__ import annotations
@@ -14,16 +15,30 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from attn_cli.config import ConfigError, DecodeConfig
-from attn_cli.decoding.glossary import Term
+from attn_cli.decoding.engine import Wording, refusals
 from attn_cli.decoding.options import field_names, override_decode
-from attn_cli.decoding.translate import places_terms
+from attn_cli.decoding.parts import split_sources
+from attn_cli.decoding.records import Source, Translation
 from attn_cli.errors import UserError
-from attn_cli.serving.batcher import Batcher, JobResult, QueueFull
-from attn_cli.serving.models import RequestError, ServedModel, ServedModels
+from attn_cli.serving.batcher import Batcher, QueueFull
+from attn_cli.serving.errors import RequestError
+from attn_cli.serving.models import ServedModel, ServedModels
+from attn_cli.serving.request import TranslationRequest
 from attn_cli.serving.texts import Text, prepare_texts
 
 # What a request may not set: the token budget of a decoding batch is the server's to choose.
 SERVER_OPTIONS = ("max_tokens",)
+
+# A refusal (attn_cli/decoding/engine.py) in the words of a request's fields.
+WORDING = Wording(
+    names={"prefix": "prefix", "terms": "glossary", "attention": "attention", "no_stutter": "no_stutter"},
+    fixes={
+        "checkpoint": "serve a checkpoint (attn serve --run or --checkpoint) to use it",
+        "one_checkpoint": "serve one checkpoint (attn serve --run or --checkpoint) to use it",
+        "beam": "set beam_size to 2 or more and sample to false",
+        "allow_stutter": "set no_stutter to false",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -42,20 +57,21 @@ class Limits:
 
 @dataclass
 class Translated:
-    texts: list[str]  # each request text's translation, rebuilt (lines joined, HTML put back)
-    prepared: list[Text]
-    result: JobResult  # the sentences' translations, in order
+    """A request's answer: the model, each text's sentences and their translations."""
 
-    def sentences_of(self, index: int) -> list:
-        """The translations of the sentences of request text `index`."""
-        start = sum(len(text.sentences) for text in self.prepared[:index])
-        return self.result.translations[start : start + len(self.prepared[index].sentences)]
+    model: ServedModel
+    texts: list[Text]
+    sentences: list[list[Translation]]  # per text, its sentences' translations in order
+
+    def rebuilt(self, index: int, rank: int = 0) -> str:
+        """Text `index` rebuilt from the `rank`-th candidate of each of its sentences (lines joined,
+        HTML put back)."""
+        return self.texts[index].rebuild([t.candidates[rank].text for t in self.sentences[index]])
 
     def alternatives(self, index: int) -> list[str]:
-        """Request text `index` rebuilt from each rank of its sentences' n-best lists, best first."""
-        sentences = self.sentences_of(index)
-        ranks = min(len(t.texts) for t in sentences)
-        return [self.prepared[index].rebuild([t.texts[rank] for t in sentences]) for rank in range(ranks)]
+        """Text `index` rebuilt from each rank of its sentences' n-best lists, best first."""
+        ranks = min(len(t.candidates) for t in self.sentences[index])
+        return [self.rebuilt(index, rank) for rank in range(ranks)]
 
 
 class Server:
@@ -63,7 +79,7 @@ class Server:
         self.models, self.limits, self.api_keys = models, limits, api_keys
         self.batchers = {
             model.name: Batcher(
-                model, limits.queue_sentences, limits.max_wait, limits.token_budget, batching=limits.batching
+                model.engine, limits.queue_sentences, limits.max_wait, limits.token_budget, batching=limits.batching
             )
             for model in models
         }
@@ -86,9 +102,15 @@ class Server:
             raise RequestError("api_key: not a valid API key", 403)
 
     def decode_options(self, model: ServedModel, given: Mapping[str, Any]) -> DecodeConfig:
-        """The model's decode settings with a request's options; RequestError names the field."""
+        """The model's decode settings with a request's options; RequestError names the field. A
+        request that asks for an n-best list longer than the model's beam, without a beam of its own,
+        gets a beam as wide as the list."""
+        given = dict(given)
+        defaults = model.engine.config.decode
+        if given.get("n_best") is not None and given.get("beam_size") is None and not given.get("sample"):
+            given["beam_size"] = max(defaults.beam_size, given["n_best"])
         try:
-            options = override_decode(model.loaded.config.decode, given)
+            options = override_decode(defaults, given)
         except ConfigError as error:
             raise RequestError(error.describe(field_names())) from None
         for key in ("beam_size", "n_best"):
@@ -96,64 +118,71 @@ class Server:
                 raise RequestError(f"{key}: {getattr(options, key)} is more than this server's {self.limits.max_beam}")
         return options
 
-    async def translate(
-        self,
-        model: ServedModel,
-        texts: Sequence[str],
-        text_format: str,
-        options: DecodeConfig,
-        prefixes: Optional[Sequence[str]] = None,
-        attention: bool = False,
-        glossary: Sequence[Term] = (),
-    ) -> Translated:
-        """Translate a request's texts with `model`'s worker, decoded together with other requests',
-        each sentence with the terms of `glossary` that apply to it."""
-        limits = self.limits
-        prepared = prepare_texts(texts, text_format, limits.max_characters, limits.max_sentences)
-        sentences = [sentence for text in prepared for sentence in text.sentences]
-        if prefixes is not None and len(prefixes) != len(sentences):
-            raise RequestError(f"prefix: {len(prefixes)} prefixes for {len(sentences)} sentences; give one per line")
-        if attention and not model.has_attention:
+    async def translate(self, request: TranslationRequest, connection: Any = None) -> Translated:
+        """Translate a request with its model's worker, decoded together with other requests'. While
+        it waits, `connection` (the HTTP request, if any) is watched: a client that goes away cancels
+        its work."""
+        self.check_key(request.api_key)
+        model = self.models.choose(request.model, request.source, request.target)
+        options = self.decode_options(model, request.options)
+        texts = prepare_texts(request.texts, request.format, self.limits.max_characters, self.limits.max_sentences)
+        sources = self._sources(request, texts)
+        if request.attention and len(sources) > self.limits.max_attention_sentences:
             raise RequestError(
-                f"attention: the {model.name} model is served by {model.backend}"
-                f"{' as an ensemble' if model.loaded.is_ensemble else ''}, which gives no attention weights; "
-                f"serve one checkpoint (--run or --checkpoint)"
+                f"attention: {len(sources)} sentences, more than the {self.limits.max_attention_sentences} this "
+                f"server gives attention for in one request; send fewer, or leave attention and alignment out"
             )
-        if attention and len(sentences) > limits.max_attention_sentences:
-            raise RequestError(
-                f"attention: {len(sentences)} sentences, more than the {limits.max_attention_sentences} this server "
-                f"gives attention for in one request; send fewer, or leave attention and alignment out"
-            )
-        if glossary:
-            if model.loaded.exported is not None:
-                raise RequestError(
-                    f"glossary: the {model.name} model is served by {model.backend}, which has no constrained "
-                    f"search; serve a checkpoint (--run or --checkpoint) to use a glossary"
-                )
-            if not places_terms(options):
-                raise RequestError(
-                    "glossary: terms are placed by beam search only; set beam_size to 2 or more and sample to false"
-                )
+        refused = [refusal for refusal in refusals(model.engine.capabilities, options, sources) if not refusal.warning]
+        if refused:
+            raise RequestError(f"{refused[0].message(WORDING)} (the {model.name} model is served by {model.backend})")
         try:
-            result = await self.batchers[model.name].translate(
-                sentences, options, list(prefixes) if prefixes else None, attention, limits.timeout, glossary
-            )
+            prepared = split_sources(model.engine, sources, options)
+        except UserError as error:
+            raise RequestError(f"prefix: {error}") from None
+        work = self.batchers[model.name].translate(prepared, options, self.limits.timeout)
+        try:
+            translations = await (work if connection is None else while_connected(connection, work))
         except QueueFull as error:
             raise RequestError(f"{error}; slow down and try again", 429) from None
         except asyncio.TimeoutError:
-            raise RequestError(f"the translation took longer than this server's {limits.timeout:g} s", 503) from None
+            raise RequestError(
+                f"the translation took longer than this server's {self.limits.timeout:g} s", 503
+            ) from None
         except UserError as error:
             raise RequestError(str(error)) from None
-        answer = Translated([], prepared, result)
-        answer.texts = [text.rebuild([t.texts[0] for t in answer.sentences_of(i)]) for i, text in enumerate(prepared)]
-        return answer
+        per_text, start = [], 0
+        for text in texts:
+            per_text.append(translations[start : start + len(text.sentences)])
+            start += len(text.sentences)
+        return Translated(model, texts, per_text)
+
+    @staticmethod
+    def _sources(request: TranslationRequest, texts: Sequence[Text]) -> list[Source]:
+        """Every sentence of the request's texts, with its prefix, the glossary and the attention flag."""
+        sentences = [sentence for text in texts for sentence in text.sentences]
+        prefixes = [""] * len(sentences)
+        if isinstance(request.prefix, str):
+            if request.format != "text":
+                raise RequestError("prefix: give prefixes for format text only")
+            prefixes = [request.prefix] * len(sentences)
+        elif request.prefix is not None:
+            if len(request.prefix) != len(sentences):
+                raise RequestError(
+                    f"prefix: {len(request.prefix)} prefixes for {len(sentences)} sentences; give one per line"
+                )
+            prefixes = list(request.prefix)
+        return [
+            Source(sentence, prefix, request.glossary, request.attention)
+            for sentence, prefix in zip(sentences, prefixes)
+        ]
 
 
-async def while_connected(request, awaitable):
-    """`awaitable`'s result, unless the client goes away first: then the work is cancelled (a
-    translation not yet started is dropped from its queue) and the answer is a 499 nobody reads."""
+async def while_connected(connection, awaitable):
+    """`awaitable`'s result, unless the client of `connection` goes away first: then the work is
+    cancelled (a translation not yet started is dropped from its queue) and the answer is a 499
+    nobody reads."""
     work = asyncio.ensure_future(awaitable)
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(_disconnected(connection))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -165,6 +194,6 @@ async def while_connected(request, awaitable):
     raise RequestError("the client went away before its translation was ready", 499)
 
 
-async def _disconnected(request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _disconnected(connection) -> None:
+    while (await connection.receive())["type"] != "http.disconnect":
         pass

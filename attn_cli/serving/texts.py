@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from attn_cli.serving.errors import RequestError
 from attn_cli.serving.html import HtmlDocument, HtmlError, parse_html
-from attn_cli.serving.models import RequestError
 
 FORMATS = ("text", "html")
 _ALLOWED_CONTROLS = frozenset("\t\n\r")

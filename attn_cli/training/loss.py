@@ -8,7 +8,7 @@ respect to the logits (softmax minus the smoothed target), which it turns straig
 gradients of the hidden states and of the output matrix. The same matrix products as the plain
 way, but the elementwise work happens on a chunk that stays in cache, instead of a log-softmax,
 a gather and a sum over all the logits and their gradients; and the logits are never held for
-backward. docs/benchmarks.md has the figures (`scripts/bench_train.py --parts loss`).
+backward. docs/benchmarks.md has the figures (`python3 -m bench.train --parts loss`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from attn_cli.config import Config, TrainConfig
-from attn_cli.data.batching import Batch
+from attn_cli.data.collate import Batch
 from attn_cli.errors import UserError
 from attn_cli.model import build_model
 from attn_cli.paths import RunPaths

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from attn_cli.data.batching import Batch
+from attn_cli.data.collate import Batch
 from attn_cli.errors import UserError
 from attn_cli.model import Transformer
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks

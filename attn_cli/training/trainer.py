@@ -17,10 +17,13 @@ import torch
 
 from attn_cli.checkpoint import keep_newest_step_checkpoints, save_checkpoint
 from attn_cli.config import Config
-from attn_cli.data.batching import Batch, collate, token_batches
+from attn_cli.data.batching import token_batches
+from attn_cli.data.collate import Batch, collate
 from attn_cli.data.joining import JoinSettings, join_epoch
+from attn_cli.decoding.pipeline import translate
+from attn_cli.decoding.records import Source
 from attn_cli.decoding.scoring import score_translations
-from attn_cli.decoding.translate import translate_sentences
+from attn_cli.engines.pytorch import TorchEngine
 from attn_cli.languages import joiner
 from attn_cli.paths import RunPaths
 from attn_cli.training.distributed import process_group
@@ -106,15 +109,12 @@ class Trainer:
         """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
         self.setup.model.eval()
         with self.setup.precision.autocast(self.setup.device):
-            translations = translate_sentences(
-                self.setup.model,
-                self.setup.tokenizers,
-                [p[0] for p in self.setup.valid_pairs],
+            translations = translate(
+                TorchEngine([self.setup.model], self.setup.tokenizers, [self.setup.cfg]),
+                [Source(pair[0]) for pair in self.setup.valid_pairs],
                 self.setup.cfg.decode,
-                self.setup.cfg.model.max_sequence_tokens,
-                self.setup.cfg.data.tgt_lang,
             )
-        hypotheses = [translation.texts[0] for translation in translations]
+        hypotheses = [translation.text for translation in translations]
         scores = score_translations(hypotheses, [p[1] for p in self.setup.valid_pairs], self.setup.cfg.data.tgt_lang)
         return scores[0].score
 

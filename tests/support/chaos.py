@@ -1,5 +1,8 @@
 """Chaos trials: kill -9 a tiny training run at random moments, resume it, and check that nothing was lost.
 
+tests/test_chaos.py runs each part as a test (a few trials; ATTN_CHAOS_TRIALS=20 for more); a longer
+campaign with a table and JSON runs from the repository root as `python3 tests/support/chaos.py`.
+
 Each trial trains the built-in tiny config into a fresh run directory and kills it with SIGKILL at a
 random moment: at a time drawn uniformly from the start of an unbroken reference run (setup
 included) to the end of its last save, or, every third trial, while a checkpoint file of a randomly
@@ -24,8 +27,8 @@ The other parts:
 
 Run from the repository root (about 4 minutes on 2 CPU cores for 20 trials and the other parts):
 
-    python3 scripts/chaos.py --trials 20
-    python3 scripts/chaos.py --trials 3 --seed 7 --parts trials planted --json chaos.json --keep
+    python3 tests/support/chaos.py --trials 20
+    python3 tests/support/chaos.py --trials 3 --seed 7 --parts trials planted --json chaos.json --keep
 
 It prints a table of the trials and a summary, writes the summary as JSON with --json, and exits with
 status 1 when any check fails.
@@ -50,12 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout without installing; the attn commands below use it too
+import torch
 
-import torch  # noqa: E402
+from attn_cli.checkpoint import Checkpoint, load_checkpoint
 
-from attn_cli.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]  # the attn commands below run this checkout's code
 
 # The run every part trains: the built-in tiny config with dropout on (so a resume must also continue
 # the random streams), a validation and three or four checkpoint files every 10 steps (last.pt,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from attn_cli.decoding.ensemble import Ensemble
-from attn_cli.decoding.hypothesis import Hypothesis, length_penalty, output_limits
+from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
+from attn_cli.decoding.search import output_limits
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
@@ -57,7 +58,7 @@ def reference_beam_search(
         candidates.sort(key=lambda c: c[0], reverse=True)
         for total, tokens, token in candidates[:beam_size]:
             if token == EOS_ID:
-                finished.append(Hypothesis(tokens, total, total / length_penalty(step + 1, alpha)))
+                finished.append(Hypothesis(tokens, total, total / length_penalty(step + 1, alpha), step + 1))
         finished = sorted(finished, key=lambda h: h.score, reverse=True)[:beam_size]
         beam = [(tokens + [token], total) for total, tokens, token in candidates if token != EOS_ID][:beam_size]
         if _done(beam, finished, beam_size, alpha, step, limit):
@@ -183,7 +184,7 @@ def reference_constrained_search(
         order = [c for _, _, c in order]
         for _, total, origin, token in order[:beam_size]:
             if token == EOS_ID:
-                finished.append(Hypothesis(beam[origin][0], total, total / length_penalty(step + 1, alpha)))
+                finished.append(Hypothesis(beam[origin][0], total, total / length_penalty(step + 1, alpha), step + 1))
         finished = sorted(finished, key=lambda h: h.score, reverse=True)[:beam_size]
         beam = [(beam[origin][0] + [token], total) for _, total, origin, token in order if token != EOS_ID][:beam_size]
         if _done(beam, finished, beam_size, alpha, step, limit):

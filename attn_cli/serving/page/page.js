@@ -216,7 +216,8 @@ function sentenceRow(sentence, index) {
     }
     row.append(list);
   }
-  if (sentence.note) row.append(element("div", "sentence-note", sentence.note));
+  const notes = (sentence.notes || []).map((note) => note.message).join("; ");
+  if (notes) row.append(element("div", "sentence-note", notes));
   if (sentence.attention) {
     // A focusable row that Enter or Space picks, like a button, so the keyboard can pick it too.
     row.tabIndex = 0;

@@ -1,0 +1,97 @@
+"""The first stage of a translation: each source encoded into the parts a model decodes.
+
+A source of more tokens than the model takes is split at sentence or clause boundaries (or
+truncated, as `decode.long_inputs` says), each part with the source prefix a multi-target model
+needs; the target prefix forces the first part's output, and each part carries the glossary terms
+whose source side occurs in it. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Optional
+
+from attn_cli.decoding.glossary import applicable_terms
+from attn_cli.decoding.records import Note, Part, Source, SourceParts
+from attn_cli.errors import UserError
+
+if TYPE_CHECKING:
+    from attn_cli.config import DecodeConfig
+    from attn_cli.data.tokenizer import Tokenizer
+    from attn_cli.decoding.engine import Engine
+
+# Where a long input may be cut: after a piece that ends a sentence or a clause.
+_BOUNDARY_ENDINGS = tuple(".!?;:,。！？；：，")
+
+
+def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConfig) -> list[SourceParts]:
+    """Each source as the parts `engine` decodes. A UserError names a prefix too long to output."""
+    tokenizers = engine.tokenizers
+    prefixes = encode_prefixes([source.prefix for source in sources], tokenizers.target, engine.max_target_tokens)
+    plain = tokenizers.source.encode([source.text.strip() for source in sources])
+    # A long input is cut without its source prefix, and every part gets the prefix: a multi-target
+    # model needs it at the start of each source it translates.
+    room = engine.max_source_tokens - len(tokenizers.prefix_ids)
+    language = engine.config.data.src_lang
+    found = []
+    for source, ids, prefix in zip(sources, plain, prefixes):
+        pieces = fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece)
+        whole = len(pieces) == 1 and len(pieces[0]) == len(ids)
+        parts = []
+        for number, (piece, prefixed) in enumerate(zip(pieces, tokenizers.prefixed(pieces))):
+            if not prefixed:  # an empty line: nothing to decode
+                continue
+            terms: tuple = ()
+            if source.terms:
+                text = source.text if whole else tokenizers.source.decode([piece])[0]
+                terms = tuple(applicable_terms(text, source.terms, language))
+            parts.append(Part(tuple(prefixed), tuple(prefix) if number == 0 else (), terms))
+        found.append(SourceParts(source, tuple(parts), _cut_notes(len(tokenizers.prefixed([ids])[0]), parts)))
+    return found
+
+
+def _cut_notes(tokens: int, parts: list[Part]) -> tuple[Note, ...]:
+    """What was done to an input of `tokens` tokens that the model does not take whole."""
+    if len(parts) > 1:
+        return (Note("split", f"{tokens} tokens is more than the model takes; translated in {len(parts)} parts"),)
+    if parts and len(parts[0].ids) < tokens:
+        return (
+            Note(
+                "truncated", f"{tokens} tokens is more than the model takes; truncated to the first {len(parts[0].ids)}"
+            ),
+        )
+    return ()
+
+
+def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[int]], list[str]]) -> list[list[int]]:
+    """An input of more than `limit` tokens, cut to fit: truncated, or split into parts at the last
+    sentence or clause boundary of each window (at the window's end when it has none in its second half)."""
+    if len(ids) <= limit:
+        return [ids]
+    if mode == "truncate":
+        return [ids[:limit]]
+    boundaries = {i + 1 for i, piece in enumerate(pieces(ids)) if piece.rstrip().endswith(_BOUNDARY_ENDINGS)}
+    parts, start = [], 0
+    while len(ids) - start > limit:
+        # max(1, ...): with limit 1, a boundary at `start` itself would cut an empty part, forever.
+        cut = max((b for b in boundaries if start + max(1, limit // 2) <= b <= start + limit), default=start + limit)
+        parts.append(ids[start:cut])
+        start = cut
+    parts.append(ids[start:])
+    return parts
+
+
+def encode_prefixes(prefixes: Sequence[str], target: Tokenizer, most: Optional[int]) -> list[list[int]]:
+    """The target ids of each prefix (no EOS: the output goes on after it); a prefix must leave the
+    decoder a position to end in: at most `most` tokens (None: no end)."""
+    if not any(prefix.strip() for prefix in prefixes):
+        return [[] for _ in prefixes]
+    ids = target.encode([prefix.strip() for prefix in prefixes])
+    for prefix, prefix_ids in zip(prefixes, ids):
+        if most is not None and len(prefix_ids) > most:  # the output begins with the prefix
+            shown = prefix if len(prefix) <= 40 else prefix[:40] + "…"
+            raise UserError(
+                f"the prefix {shown!r} is {len(prefix_ids)} target tokens, more than the {most} "
+                f"the model can output; shorten it"
+            )
+    return ids

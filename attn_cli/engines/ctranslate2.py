@@ -1,0 +1,250 @@
+"""The CTranslate2 engine: a model directory written by `attn export`, searched with CTranslate2's
+Translator, and the layout of that directory, which `attn export` writes and this engine reads.
+
+The searcher decodes a batch of parts as attn's own searches do, so the rest of the translation path
+(long inputs, batching, n-best, output formats) is shared: the same output limits per sentence
+(a * source length + b tokens), padding and BOS never emitted, empty translations allowed, and
+hypotheses ranked with attn's GNMT length penalty. CTranslate2's own penalty (log P / length^alpha)
+is a different formula, so its beam is asked for raw log-probabilities (`length_penalty=0`) and all
+of its finished hypotheses, which are then ranked here. Its beam stops once beam_size hypotheses
+have finished, attn's once no live one can beat them: on a trained model the two agree
+(docs/decoding.md). It forces no prefix, places no terms, gives no attention, and keeps attn's
+output rules only as far as CTranslate2's own options reach (`Capabilities`).
+
+Imports neither torch nor the model: a command that decodes with an export starts in a fraction of
+the time a checkpoint takes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import yaml
+
+from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, DecodeConfig, config_from_dict
+from attn_cli.data.tokenizer import Tokenizers
+from attn_cli.decoding.engine import Capabilities, Searcher
+from attn_cli.decoding.glossary import TokenTerm
+from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.records import Part
+from attn_cli.errors import UserError
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
+
+CONFIG_FILE = "attn.yaml"  # the run's config, beside CTranslate2's model.bin
+TOKENIZER_DIR = "tokenizer"
+# Sinusoidal positions have no end in attn; CTranslate2 needs a table, and this many rows is far
+# beyond what a sentence takes (a longer input is split before it reaches the model).
+SINUSOIDAL_ROWS = 1024
+
+CAPABILITIES = Capabilities(
+    "CTranslate2", "ctranslate2", prefix=False, terms=False, attention=False, output_rules=False, sampling=True
+)
+
+
+class ExportError(UserError):
+    pass
+
+
+def import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ExportError(
+            'CTranslate2 is not installed; install it with `pip install "attn-cli[ct2]"` '
+            '(from a checkout: pip install -e ".[ct2]")'
+        ) from None
+    return ctranslate2
+
+
+def position_rows(config: Config) -> int:
+    """How many positions the exported table holds: a learned table's own, or sinusoidal rows enough."""
+    if config.model.positions == "learned":
+        return config.model.max_positions
+    return max(SINUSOIDAL_ROWS, config.model.max_positions)
+
+
+@dataclass
+class CTranslate2Engine:
+    config: Config
+    tokenizers: Tokenizers
+    translator: Any  # ctranslate2.Translator
+    directory: Path
+    ctranslate2: Any  # the module
+    open_translator: Any  # () -> a new ctranslate2.Translator of this directory
+    adds_source_eos: bool = True  # CTranslate2 ends each source with EOS itself (exports before it did not)
+    seeded: bool = False
+    capabilities: Capabilities = CAPABILITIES
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.directory]
+
+    @property
+    def max_source_tokens(self) -> int:
+        return self.config.model.max_sequence_tokens
+
+    @property
+    def max_target_tokens(self) -> Optional[int]:
+        return position_rows(self.config) - 1  # one row kept for the EOS
+
+    def searcher(self, options: DecodeConfig) -> Searcher:
+        def search(
+            parts: Sequence[Part], terms: Optional[Sequence[Sequence[TokenTerm]]] = None
+        ) -> list[list[Hypothesis]]:
+            if terms is not None:
+                raise ValueError("CTranslate2 has no constrained search; check the engine's refusals first")
+            if any(part.prefix for part in parts):  # never dropped without a word
+                raise ValueError("CTranslate2 does not force a prefix; check the engine's refusals first")
+            return self.search([list(part.ids) for part in parts], options)
+
+        return search
+
+    def attention(self, part: Part, tokens: Sequence[int]):
+        raise ValueError("CTranslate2 gives no attention weights; check the engine's refusals first")
+
+    def search(self, sources: list[list[int]], options: DecodeConfig) -> list[list[Hypothesis]]:
+        """The configured search over source ids (without EOS), each source's hypotheses best first."""
+        limits = [self._limit(len(ids), options) for ids in sources]
+        results: list[list[Hypothesis]] = [[] for _ in sources]
+        # CTranslate2 takes one length limit per call: sentences that share one go together.
+        order = sorted(range(len(sources)), key=lambda row: limits[row])
+        for limit, rows in groupby(order, key=lambda row: limits[row]):
+            rows = list(rows)
+            # CTranslate2 appends the EOS itself, unless the export predates that.
+            given = [sources[row] if self.adds_source_eos else [*sources[row], EOS_ID] for row in rows]
+            batch = [self.tokenizers.source.id_to_piece(ids) for ids in given]
+            for row, found in zip(rows, self._translate(batch, limit, options)):
+                results[row] = found
+        return results
+
+    def _limit(self, source_length: int, options: DecodeConfig) -> int:
+        # Capped where the exported position table ends (a learned one ends where attn's does; a
+        # sinusoidal one, endless in attn, was written out to a fixed length), one row kept for the EOS.
+        limit = int(options.max_len_a * source_length) + options.max_len_b
+        return min(limit, position_rows(self.config) - 1)
+
+    def _translate(self, batch: list[list[str]], limit: int, options: DecodeConfig) -> list[list[Hypothesis]]:
+        target = self.tokenizers.target
+        never = [[piece] for piece in target.id_to_piece([PAD_ID, BOS_ID])]
+        searching = dict(beam_size=options.beam_size, num_hypotheses=options.beam_size, length_penalty=0.0)
+        if options.sample:
+            searching = dict(
+                beam_size=1,
+                num_hypotheses=options.n_best,
+                sampling_topk=options.top_k,
+                sampling_topp=options.top_p,
+                sampling_temperature=options.temperature,
+            )
+            if options.seed is not None and not self.seeded:
+                # Each Translator's sampling threads draw from generators seeded when it is made.
+                self.ctranslate2.set_random_seed(options.seed)
+                self.translator, self.seeded = self.open_translator(), True
+        elif options.beam_size == 1:
+            searching = dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
+        # A hypothesis that reaches the limit is one attn ends there with a forced EOS: CTranslate2
+        # stops it without one, so the EOS's log-probability is added, to rank as in attn. And attn
+        # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
+        results = self.translator.translate_batch(
+            batch,
+            max_decoding_length=limit,
+            min_decoding_length=0,
+            max_input_length=0,
+            return_scores=True,
+            suppress_sequences=never,
+            no_repeat_ngram_size=options.no_repeat_ngram,
+            **searching,
+        )
+        found = []
+        for source, result in zip(batch, results):
+            at_limit = [pieces for pieces in result.hypotheses if len(pieces) >= limit]
+            forced_eos = iter(self._eos_log_probs(source, at_limit, limit))
+            hypotheses = []
+            for pieces, log_prob in zip(result.hypotheses, result.scores):
+                if len(pieces) >= limit:
+                    log_prob += next(forced_eos)
+                ids = [target.piece_to_id(piece) for piece in pieces]
+                hypotheses.append(Hypothesis.scored(ids, log_prob, len(ids) + 1, options.length_penalty))
+            hypotheses.sort(key=lambda h: h.score, reverse=True)
+            found.append(hypotheses if options.sample else hypotheses[: options.n_best])
+        return found
+
+    def _eos_log_probs(self, source: list[str], prefixes: list[list[str]], limit: int) -> list[float]:
+        """log P(EOS) after each prefix, from the distribution attn draws from: padding and BOS
+        taken out, the rest renormalised."""
+        if not prefixes:
+            return []
+        results = self.translator.translate_batch(
+            [source] * len(prefixes),
+            target_prefix=prefixes,
+            beam_size=1,
+            max_decoding_length=limit + 1,
+            max_input_length=0,
+            return_logits_vocab=True,
+        )
+        found = []
+        for result in results:
+            logits = np.array(result.logits[0][-1], dtype=np.float64)  # the step after the prefix
+            logits[[PAD_ID, BOS_ID]] = -np.inf
+            top = logits.max()
+            found.append(float(logits[EOS_ID] - top - np.log(np.exp(logits - top).sum())))
+        return found
+
+
+def is_exported(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / "model.bin").is_file()
+
+
+def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> CTranslate2Engine:
+    """The model `attn export` wrote to `directory`, on "auto", "cpu" or "cuda[:N]" (a bad name is
+    reported as --device's)."""
+    ctranslate2 = import_ctranslate2()
+    if not is_exported(directory):
+        raise ExportError(
+            f"{directory} is not a model `attn export` wrote (no {CONFIG_FILE} and model.bin); "
+            f"make one with `attn export --run RUN --output {directory}`"
+        )
+    try:
+        config = config_from_dict(yaml.safe_load((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+    except (ConfigError, yaml.YAMLError) as error:
+        raise ExportError(f"{directory / CONFIG_FILE} is damaged: {str(error).splitlines()[0]}") from None
+    tokenizers = Tokenizers.load(directory / TOKENIZER_DIR)
+    adds_source_eos = _adds_source_eos(directory)
+    kind, _, index = _device(device, ctranslate2).partition(":")
+
+    def open_translator():
+        return ctranslate2.Translator(
+            str(directory), device=kind, device_index=int(index or 0), intra_threads=threads, inter_threads=1
+        )
+
+    try:
+        translator = open_translator()
+    except (RuntimeError, ValueError) as error:
+        raise ExportError(f"CTranslate2 cannot load {directory}: {str(error).splitlines()[0]}") from None
+    return CTranslate2Engine(config, tokenizers, translator, directory, ctranslate2, open_translator, adds_source_eos)
+
+
+def _adds_source_eos(directory: Path) -> bool:
+    """Whether CTranslate2 ends each source with EOS itself, as exports since `add_source_eos` do;
+    an older export is given the EOS with the source."""
+    try:
+        return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("add_source_eos"))
+    except (OSError, ValueError):
+        return False  # CTranslate2 reads the same file, and says what is wrong with it
+
+
+def _device(name: str, ctranslate2) -> str:
+    """CTranslate2's device for a --device setting, the GPUs counted by CTranslate2 (not torch)."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ConfigError(f"{name!r} is not a device; use auto, cpu, cuda or cuda:N", "--device")
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return "cuda" if gpus else "cpu"
+    if name.startswith("cuda") and int(name.partition(":")[2] or 0) >= gpus:
+        raise ConfigError(f"{name} but {gpus} CUDA GPUs are visible; use auto or cpu", "--device")
+    return name
