@@ -30,12 +30,15 @@ Le encoder and Ld decoder layers (forward = 2 x multiply-adds; a training step =
 (decoder per target token: self-attention q, k, v, out (4d^2), cross-attention q and out (2d^2), FFN;
 cross-attention keys and values are projected from the source tokens, 2d^2 each per decoder layer.)
 
-    python scripts/bench_train.py                                      # everything; minutes on 2 cores
-    python scripts/bench_train.py --parts step --sizes small --steps 2 --warmup 1   # a smoke test
-    python scripts/bench_train.py --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
-    python scripts/bench_train.py --parts memory --memory-steps 3
-    python scripts/bench_train.py --profile base fp32                 # where our step's time goes
-    python scripts/bench_train.py --parts step --tune-malloc          # no system pays page faults per step
+Writes everything as JSON (by default bench_results/train.json).
+
+    python3 -m bench.train                                      # everything; minutes on 2 cores
+    python3 -m bench.train --parts step --sizes small --steps 2 --warmup 1 --target-tokens 256   # a quick run
+    python3 -m bench.train --parts epoch --epoch-fraction 0.05  # 5% of the epoch for each system
+    python3 -m bench.train --parts memory --memory-steps 3
+    python3 -m bench.train --profile base fp32                  # where our step's time goes
+    python3 -m bench.train --parts step --tune-malloc           # no system pays page faults per step
+    python3 -m bench.train --smoke --json /tmp/train.json       # every part, tiny: checks that it runs
 Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
 """
 
@@ -49,7 +52,6 @@ import json
 import math
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,25 +60,19 @@ from pathlib import Path
 
 import torch
 import transformers
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 from transformers import MarianConfig, MarianMTModel
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
-
-from attn_cli.config import load_config  # noqa: E402
-from attn_cli.data.batching import Example, collate, filter_by_length, token_batches  # noqa: E402
-from attn_cli.data.prepare import (  # noqa: E402
-    encode_pairs,  # noqa: E402
-    read_split,
-    train_or_load_tokenizers,
-)
-from attn_cli.model import Transformer, build_model  # noqa: E402
-from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss  # noqa: E402
-from attn_cli.training.precision import Precision  # noqa: E402
-from attn_cli.training.setup import inverse_sqrt_schedule  # noqa: E402
-from attn_cli.training.step import TrainingObjective, TrainingStep, adamw  # noqa: E402
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from attn_cli.config import load_config
+from attn_cli.data.batching import Example, filter_by_length, token_batches
+from attn_cli.data.collate import collate
+from attn_cli.data.prepare import encode_pairs, read_split, train_or_load_tokenizers
+from attn_cli.model import Transformer, build_model
+from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed_loss
+from attn_cli.training.precision import Precision
+from attn_cli.training.setup import inverse_sqrt_schedule
+from attn_cli.training.step import TrainingObjective, TrainingStep, adamw
+from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
+from bench.toolkit import REPO, alternate, markdown_table, median, parser, tiny_run, write_report
 
 VOCAB = 8000
 SIZES = {
@@ -203,25 +199,30 @@ def time_steps_alternating(
     systems: dict, batches, precision: Precision, warmup: int, steps: int, page_faults: dict | None = None
 ) -> dict:
     """Seconds per step of each system: `warmup` untimed steps each, then `steps` rounds in which
-    every system takes one timed step in turn, so that a slow spell of the shared machine falls on
-    all of them rather than on one. `systems` maps a name to (model, loss_of). `page_faults`, when
-    given, receives each timed step's minor page faults (memory the process touched for the first
-    time since the system handed it out: fresh allocations the allocator mapped from the OS)."""
+    every system takes one timed step in turn (`toolkit.alternate`), so that a slow spell of the
+    shared machine falls on all of them rather than on one. `systems` maps a name to (model,
+    loss_of). `page_faults`, when given, receives each timed step's minor page faults (memory the
+    process touched for the first time since the system handed it out: fresh allocations the
+    allocator mapped from the OS)."""
     # Both take the fused AdamW: attn's trainer uses it, and so does Transformers' Trainer by default.
     optimizers = {name: adamw(model.parameters(), 1e-4, BETAS, WEIGHT_DECAY) for name, (model, _) in systems.items()}
     for index in range(warmup):
         for name, (model, loss_of) in systems.items():
             one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
-    seconds: dict[str, list[float]] = {name: [] for name in systems}
-    for index in range(steps):
-        for name, (model, loss_of) in systems.items():
+
+    def timed_step(name: str):
+        model, loss_of = systems[name]
+        taken = itertools.count()  # the timed steps take the batches in turn, as the warm-up did
+
+        def step() -> None:
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            started = time.perf_counter()
-            one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
-            seconds[name].append(time.perf_counter() - started)
+            one_step(model, loss_of, optimizers[name], batches[next(taken) % len(batches)], precision)
             if page_faults is not None:
                 page_faults.setdefault(name, []).append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
-    return seconds
+
+        return step
+
+    return alternate({name: timed_step(name) for name in systems}, steps, warmup=False)
 
 
 def tune_malloc() -> None:
@@ -246,11 +247,11 @@ def matmul_peak(precision: str, repeats: int = 10) -> float:
         started = time.perf_counter()
         a @ b
         seconds.append(time.perf_counter() - started)
-    return 2 * 2048**3 / statistics.median(seconds)
+    return 2 * 2048**3 / median(seconds)
 
 
 def bench_step(args: argparse.Namespace) -> dict:
-    peaks = {precision: matmul_peak(precision) for precision in args.precisions}
+    peaks = {precision: matmul_peak(precision, 1 if args.smoke else 10) for precision in args.precisions}
     rows_out = []
     for size in args.sizes:
         rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
@@ -271,14 +272,14 @@ def bench_step(args: argparse.Namespace) -> dict:
                 systems, batches, Precision(precision, ""), args.warmup, args.steps, faults
             )
             for name, (model, _) in systems.items():
-                seconds = statistics.median(timings[name])
+                seconds = median(timings[name])
                 row[name] = {
                     "seconds_per_step": seconds,
                     "target_tokens_per_second": rows * args.length / seconds,
                     "flops_per_second": flops / seconds,
                     "mfu": flops / seconds / peaks[precision],
                     "parameters": sum(p.numel() for p in model.parameters()),
-                    "minor_page_faults_per_step": statistics.median(faults[name]),
+                    "minor_page_faults_per_step": median(faults[name]),
                 }
                 print(
                     f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
@@ -293,26 +294,32 @@ def bench_step(args: argparse.Namespace) -> dict:
         f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster"
     )
     print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
-    print(
-        f"{'size':<6} {'prec':<5} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8} "
-        f"{'ours GFLOP/s':>13} {'HF GFLOP/s':>11} {'ours MFU':>9} {'HF MFU':>7} {'ours faults':>12} {'HF faults':>10}"
-    )
-    for row in rows_out:
-        ours, hf = row["ours"], row["hf"]
-        print(
-            f"{row['size']:<6} {row['precision']:<5} {ours['target_tokens_per_second']:>11,.0f} "
-            f"{hf['target_tokens_per_second']:>10,.0f} {row['ours_over_hf']:>7.2f}x "
-            f"{ours['flops_per_second'] / 1e9:>13,.1f} {hf['flops_per_second'] / 1e9:>11,.1f} "
-            f"{ours['mfu']:>9.1%} {hf['mfu']:>7.1%} {ours['minor_page_faults_per_step']:>12,.0f} "
-            f"{hf['minor_page_faults_per_step']:>10,.0f}"
-        )
+    headers = ["size", "prec", "ours tok/s", "HF tok/s", "ours/HF", "ours GFLOP/s", "HF GFLOP/s"]
+    headers += ["ours MFU %", "HF MFU %", "ours faults", "HF faults"]
+    table = [
+        [
+            row["size"],
+            row["precision"],
+            round(row["ours"]["target_tokens_per_second"]),
+            round(row["hf"]["target_tokens_per_second"]),
+            round(row["ours_over_hf"], 2),
+            round(row["ours"]["flops_per_second"] / 1e9, 1),
+            round(row["hf"]["flops_per_second"] / 1e9, 1),
+            round(100 * row["ours"]["mfu"], 1),
+            round(100 * row["hf"]["mfu"], 1),
+            round(row["ours"]["minor_page_faults_per_step"]),
+            round(row["hf"]["minor_page_faults_per_step"]),
+        ]
+        for row in rows_out
+    ]
+    print(markdown_table(headers, table))
     if args.tune_malloc:
         print("glibc malloc tuned (--tune-malloc): mmap and trim thresholds raised")
     return {
         "matmul_peak_flops_per_second": peaks,
         "malloc_tuned": args.tune_malloc,
         "results": rows_out,
-        "flops_formula": "6 * (linear + attention), see scripts/bench_train.py",
+        "flops_formula": "6 * (linear + attention), see bench/train.py",
     }
 
 
@@ -320,9 +327,9 @@ def bench_step(args: argparse.Namespace) -> dict:
 
 
 def tatoeba_examples(args: argparse.Namespace):
-    """The training pairs of configs/en-zh.yaml, encoded with its tokenizer (trained once into
-    --tokenizer-dir and reused) and length-filtered as training does."""
-    cfg = load_config(REPO / "configs" / "en-zh.yaml", [f"run_dir={args.tokenizer_dir}"])
+    """The training pairs of configs/en-zh.yaml (--smoke: tiny.yaml), encoded with its tokenizer
+    (trained once into --tokenizer-dir and reused) and length-filtered as training does."""
+    cfg = load_config(REPO / "configs" / args.epoch_config, [f"run_dir={args.tokenizer_dir}"])
     cwd = os.getcwd()
     os.chdir(REPO)  # the corpus path is relative to the repository root
     try:
@@ -461,7 +468,8 @@ def hf_epoch(cfg, examples: list[Example], vocab: int, fraction: float, workdir:
 
 def bench_epoch(args: argparse.Namespace) -> dict:
     cfg, examples, vocab = tatoeba_examples(args)
-    with tempfile.TemporaryDirectory() as workdir:
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench_train_", dir=args.workdir) as workdir:
         results = {
             "ours": ours_epoch(cfg, examples, vocab, args.epoch_fraction),
             "hf": hf_epoch(cfg, examples, vocab, args.epoch_fraction, Path(workdir)),
@@ -475,12 +483,17 @@ def bench_epoch(args: argparse.Namespace) -> dict:
         f"{cfg.model.dropout}), {args.epoch_fraction:.1%} of it run, epoch time projected; "
         "real tokens = source + target, no padding"
     )
-    print(f"{'system':<7} {'batching':<52} {'batches':>8} {'tok/s':>9} {'epoch s':>9}")
-    for name, result in results.items():
-        print(
-            f"{name:<7} {result['batching']:<52} {result['batches']:>8,} {result['tokens_per_second']:>9,.0f} "
-            f"{result['projected_epoch_seconds']:>9,.0f}"
-        )
+    table = [
+        [
+            name,
+            result["batching"],
+            result["batches"],
+            round(result["tokens_per_second"]),
+            round(result["projected_epoch_seconds"]),
+        ]
+        for name, result in results.items()
+    ]
+    print(markdown_table(["system", "batching", "batches", "tok/s", "epoch s"], table))
     ratio = results["ours"]["tokens_per_second"] / results["hf"]["tokens_per_second"]
     print(f"ours/HF: {ratio:.2f}x")
     return {
@@ -567,7 +580,7 @@ def memory_child(size: str, precision: str, checkpointing: bool, steps: int, len
                 "steady_step_mib": steady_mib,
                 "live_tensor_step_mib": live_mib,
                 "first_step_seconds": seconds[0],
-                "step_seconds": statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0],
+                "step_seconds": median(seconds[1:]) if len(seconds) > 1 else seconds[0],
             }
         )
     )
@@ -579,7 +592,8 @@ def bench_memory(args: argparse.Namespace) -> dict:
         for checkpointing in (False, True):
             command = [
                 sys.executable,
-                __file__,
+                "-m",
+                "bench.train",
                 "--memory-child",
                 args.memory_size,
                 precision,
@@ -593,7 +607,7 @@ def bench_memory(args: argparse.Namespace) -> dict:
             ]
             if args.target_tokens:
                 command += ["--target-tokens", str(args.target_tokens)]
-            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO).stdout
             row = {
                 "size": args.memory_size,
                 "precision": precision,
@@ -608,18 +622,21 @@ def bench_memory(args: argparse.Namespace) -> dict:
         f"{args.target_tokens or SIZES[args.memory_size]['target_tokens']} target tokens per batch, "
         f"{args.length}-token sentences; a fresh process each, peak resident memory (VmHWM)"
     )
-    print(
-        f"{'prec':<5} {'grad ckpt':<9} {'setup MiB':>10} {'peak MiB':>9} {'step MiB':>9} {'steady MiB':>11} "
-        f"{'tensors MiB':>12} {'s/step':>7}"
-    )
-    for row in rows_out:
-        steady = row["steady_step_mib"]
-        print(
-            f"{row['precision']:<5} {str(row['gradient_checkpointing']):<9} {row['setup_mib']:>10,.0f} "
-            f"{row['peak_mib']:>9,.0f} {row['step_mib']:>9,.0f} "
-            f"{format(steady, ',.0f') if steady is not None else 'n/a':>11} {row['live_tensor_step_mib']:>12,.0f} "
-            f"{row['step_seconds']:>7.2f}"
-        )
+    headers = ["prec", "grad ckpt", "setup MiB", "peak MiB", "step MiB", "steady MiB", "tensors MiB", "s/step"]
+    table = [
+        [
+            row["precision"],
+            str(row["gradient_checkpointing"]),
+            round(row["setup_mib"]),
+            round(row["peak_mib"]),
+            round(row["step_mib"]),
+            None if row["steady_step_mib"] is None else round(row["steady_step_mib"]),
+            round(row["live_tensor_step_mib"]),
+            round(row["step_seconds"], 2),
+        ]
+        for row in rows_out
+    ]
+    print(markdown_table(headers, table))
     print(
         "steady: a later step's resident peak above its start; "
         "tensors: the live-tensor peak of one more step above its start"
@@ -653,22 +670,27 @@ def bench_loss(args: argparse.Namespace) -> dict:
         hidden = torch.randn(1, tokens, SIZES[size]["d_model"], generator=generator, requires_grad=True)
         weight = (torch.randn(VOCAB, SIZES[size]["d_model"], generator=generator) * 0.05).requires_grad_()
         labels = torch.randint(4, VOCAB, (1, tokens), generator=generator)
-        seconds: dict[str, list[float]] = {name: [] for name in ways}
-        for index in range(args.warmup + args.steps):
-            for name, loss_of in ways.items():
+
+        def forward_backward(loss_of, hidden=hidden, weight=weight, labels=labels, precision=precision):
+            def run() -> None:
                 hidden.grad = weight.grad = None
-                started = time.perf_counter()
                 with Precision(precision, "").autocast(torch.device("cpu")):
                     loss = loss_of(hidden, weight, labels)
                 loss.backward()
-                if index >= args.warmup:
-                    seconds[name].append(time.perf_counter() - started)
+
+            return run
+
+        calls = {name: forward_backward(loss_of) for name, loss_of in ways.items()}
+        for _ in range(args.warmup):
+            for call in calls.values():
+                call()
+        seconds = alternate(calls, args.steps, warmup=False)
         row = {
             "size": size,
             "precision": precision,
             "tokens": tokens,
             "vocab": VOCAB,
-            **{name: statistics.median(times) for name, times in seconds.items()},
+            **{name: median(times) for name, times in seconds.items()},
         }
         row["logits_over_projected"] = row["logits"] / row["projected"]
         rows_out.append(row)
@@ -676,12 +698,18 @@ def bench_loss(args: argparse.Namespace) -> dict:
         f"\nloss forward + backward, median of {args.steps} after {args.warmup} warm-up, alternating, "
         f"vocabulary {VOCAB}, {args.threads} threads"
     )
-    print(f"{'size':<6} {'prec':<5} {'tokens':>7} {'logits s':>9} {'projected s':>12} {'speed-up':>9}")
-    for row in rows_out:
-        print(
-            f"{row['size']:<6} {row['precision']:<5} {row['tokens']:>7,} {row['logits']:>9.3f} "
-            f"{row['projected']:>12.3f} {row['logits_over_projected']:>8.2f}x"
-        )
+    table = [
+        [
+            row["size"],
+            row["precision"],
+            row["tokens"],
+            round(row["logits"], 3),
+            round(row["projected"], 3),
+            round(row["logits_over_projected"], 2),
+        ]
+        for row in rows_out
+    ]
+    print(markdown_table(["size", "prec", "tokens", "logits s", "projected s", "speed-up"], table))
     return {"results": rows_out}
 
 
@@ -714,52 +742,70 @@ def profile_step(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
+    arguments = parser(
+        __doc__,
+        "every part at the small size in bf16, 64 target tokens of 16-token sentences per batch, one "
+        "warm-up and one timed step; the epoch part on tiny.yaml's data and model with the tiny run's tokenizer, 10%% "
+        "of its epoch; memory of the small size, 2 steps",
+    )
+    arguments.add_argument(
         "--parts", nargs="+", choices=["step", "epoch", "memory", "loss"], default=["step", "epoch", "memory", "loss"]
     )
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
-    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument(
+    arguments.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    arguments.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
+    arguments.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
+    arguments.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    arguments.add_argument(
         "--length", type=int, default=32, help="source and target tokens per random sentence, EOS included"
     )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
+    arguments.add_argument("--threads", type=int, default=2)
+    arguments.add_argument(
         "--target-tokens",
         type=int,
-        help="target tokens per random batch (default: 4096 small, 2048 base); small values make a smoke test",
+        help="target tokens per random batch (default: 4096 small, 2048 base); small values make a quick run",
     )
-    parser.add_argument("--epoch-fraction", type=float, default=1.0, help="run this share of the epoch (0 < x <= 1)")
-    parser.add_argument(
+    arguments.add_argument("--epoch-fraction", type=float, default=1.0, help="run this share of the epoch (0 < x <= 1)")
+    arguments.add_argument(
         "--tokenizer-dir",
         default=str(REPO / "bench_results" / "tatoeba-tokenizer"),
         help="where the en-zh tokenizer is trained once and reused",
     )
-    parser.add_argument("--memory-size", choices=list(SIZES), default="base")
-    parser.add_argument(
+    arguments.add_argument("--memory-size", choices=list(SIZES), default="base")
+    arguments.add_argument(
         "--memory-steps", type=int, default=3, help="steps per memory measurement (the first counts too)"
     )
-    parser.add_argument(
+    arguments.add_argument(
         "--memory-child", nargs=3, metavar=("SIZE", "PRECISION", "CHECKPOINTING"), help=argparse.SUPPRESS
     )
-    parser.add_argument("--json", default=str(REPO / "bench_results" / "train.json"))
-    parser.add_argument(
+    arguments.add_argument(
         "--tune-malloc",
         action="store_true",
         help="raise glibc's mmap and trim thresholds first, so that no system pays page faults "
         "for memory the allocator maps and returns every step (the step part counts them)",
     )
-    parser.add_argument(
+    arguments.add_argument(
         "--profile",
         nargs=2,
         metavar=("SIZE", "PRECISION"),
         help="only profile 3 of our training steps, e.g. --profile base fp32",
     )
-    args = parser.parse_args()
+    arguments.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "attn-bench",
+        help="where Seq2SeqTrainer writes (a temporary directory in it, removed after), and --smoke's tiny run",
+    )
+    args = arguments.parse_args()
     if not 0 < args.epoch_fraction <= 1:
-        parser.error("--epoch-fraction must be in (0, 1]")
+        arguments.error("--epoch-fraction must be in (0, 1]")
+    args.epoch_config = "en-zh.yaml"
+    if args.smoke and not args.memory_child:
+        args.sizes, args.precisions, args.memory_size, args.memory_steps = ["small"], ["bf16"], "small", 2
+        args.steps, args.warmup, args.length, args.target_tokens = 1, 1, 16, 64
+        args.epoch_fraction, args.epoch_config = 0.1, "tiny.yaml"
+        args.tokenizer_dir = str(tiny_run(args.workdir / "tiny"))
+    if args.json is None and not args.smoke:
+        args.json = REPO / "bench_results" / "train.json"
 
     torch.set_num_threads(args.threads)
     if args.tune_malloc:
@@ -768,7 +814,7 @@ def main() -> None:
     transformers.logging.disable_progress_bar()
     if args.profile:
         if args.profile[0] not in SIZES or args.profile[1] not in PRECISIONS:
-            parser.error(f"--profile takes a size ({', '.join(SIZES)}) and a precision ({', '.join(PRECISIONS)})")
+            arguments.error(f"--profile takes a size ({', '.join(SIZES)}) and a precision ({', '.join(PRECISIONS)})")
         profile_step(args)
         return
     if args.memory_child:
@@ -785,10 +831,8 @@ def main() -> None:
 
     report = {
         "benchmark": "training speed and memory: ours vs Transformers MarianMTModel / Seq2SeqTrainer",
-        "machine": machine_info(),
         "threads": args.threads,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "arguments": {k: v for k, v in vars(args).items() if k != "memory_child"},
     }
     if "step" in args.parts:
         report["step"] = bench_step(args)
@@ -798,9 +842,7 @@ def main() -> None:
         report["memory"] = bench_memory(args)
     if "loss" in args.parts:
         report["loss"] = bench_loss(args)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_report(args.json, report, args)
 
 
 if __name__ == "__main__":

@@ -6,59 +6,51 @@ and in token-budget batches, greedy and beam 5, in sentences/s and output tokens
 --repeats). attn runs on --threads torch threads; each export is timed with 1 and with --threads
 intra-op threads, its translator loaded just before its own timings and released after: a live
 CTranslate2 translator's worker threads keep spinning between calls and would slow whatever runs
-beside them. Prints a table and writes JSON.
+beside them. Every system translates through the same pipeline (`attn_cli.decoding.pipeline`),
+attn's engine loaded from the run's best checkpoint, each export's with
+`attn_cli.engines.ctranslate2.load_exported`. Prints a table and writes JSON.
 
-    python3 scripts/bench_serve.py --run runs/en-zh --json bench_results/serve.json
+    python3 -m bench.serve --run runs/en-zh --json bench_results/serve.json
+    python3 -m bench.serve --smoke --json /tmp/serve-smoke.json     # a tiny run, 20 sentences
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
-import json
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from attn_cli.checkpoint import find_checkpoint, load_checkpoint
-from attn_cli.decoding.scoring import score_translations
-from attn_cli.decoding.translate import translate_sentences
-from attn_cli.export.convert import export
-from attn_cli.export.exported import load_exported
-from attn_cli.paths import RunPaths
+from bench.toolkit import markdown_table, median, parser, tiny_run, write_report
 
 QUANTIZATIONS = ("float32", "int8")
 
 
-def attn_system(loaded):
-    cfg = loaded.config
-    return lambda sentences, options: translate_sentences(
-        loaded.model, loaded.tokenizers, sentences, options, cfg.model.max_sequence_tokens, cfg.data.tgt_lang
-    )
+def system(engine):
+    """translate(sentences, options) -> Translations, with `engine`."""
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+
+    return lambda sentences, options: translate(engine, [Source(text) for text in sentences], options)
 
 
-def export_system(loaded, directory: Path, threads: int):
+def export_system(directory: Path, threads: int):
     """translate(sentences, options) with the export in `directory` on `threads` intra-op threads."""
-    cfg = loaded.config
-    exported = load_exported(directory, threads=threads)
-    return lambda sentences, options: translate_sentences(
-        None,
-        exported.tokenizers,
-        sentences,
-        options,
-        cfg.model.max_sequence_tokens,
-        cfg.data.tgt_lang,
-        search=lambda src: exported.search(src, options),
-    )
+    from attn_cli.engines.ctranslate2 import load_exported
+
+    return system(load_exported(directory, "cpu", threads=threads))
+
+
+def best_tokens(translation) -> list[str]:
+    return translation.candidates[0].tokens if translation.candidates else []
 
 
 def quality(systems: dict, sources: list[str], references: list[str], decode, language: str) -> dict:
     """BLEU and chrF with the run's decode settings, and the outputs equal to attn's, greedy and beam."""
+    from attn_cli.decoding.scoring import score_translations
+
     found = {}
     outputs = {}
     for name, translate in systems.items():
@@ -66,11 +58,11 @@ def quality(systems: dict, sources: list[str], references: list[str], decode, la
             "beam": translate(sources, decode),
             "greedy": translate(sources, dataclasses.replace(decode, beam_size=1, n_best=1)),
         }
-        bleu, chrf = score_translations([t.texts[0] for t in outputs[name]["beam"]], references, language)
+        bleu, chrf = score_translations([t.text for t in outputs[name]["beam"]], references, language)
         found[name] = {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
     for name in systems:
         for search in ("greedy", "beam"):
-            same = sum(a.tokens[0] == b.tokens[0] for a, b in zip(outputs["attn"][search], outputs[name][search]))
+            same = sum(best_tokens(a) == best_tokens(b) for a, b in zip(outputs["attn"][search], outputs[name][search]))
             found[name][f"same_as_attn_{search}"] = same
     return found
 
@@ -85,24 +77,22 @@ def timed(translate, sentences: list[str], options, mode: str, repeats: int) -> 
         else:
             translations = [translate([sentence], options)[0] for sentence in sentences]
         times.append(time.perf_counter() - start)
-    return statistics.median(times), sum(len(t.tokens[0]) for t in translations)
+    return median(times), sum(len(best_tokens(t)) for t in translations)
 
 
 CASES = [(beam, mode) for beam in (1, 5) for mode in ("one at a time", "batched")]
 
 
-def speed(
-    loaded, directory: Path, sources: list[str], single: list[str], decode, threads: int, repeats: int
-) -> list[dict]:
+def speed(engine, directory: Path, sources: list[str], single: list[str], decode, threads: int, repeats: int):
     measured = {}  # (system, threads, beam, mode) -> (seconds, tokens, sentences)
-    attn = attn_system(loaded)
+    attn = system(engine)
     for beam, mode in CASES:
         sentences = single if mode == "one at a time" else sources
         options = dataclasses.replace(decode, beam_size=beam, n_best=1)
         measured[("attn", threads, beam, mode)] = (*timed(attn, sentences, options, mode, repeats), len(sentences))
     for quantization in QUANTIZATIONS:
         for intra_threads in sorted({1, threads}):
-            translate = export_system(loaded, directory / quantization, intra_threads)
+            translate = export_system(directory / quantization, intra_threads)
             for beam, mode in CASES:
                 sentences = single if mode == "one at a time" else sources
                 options = dataclasses.replace(decode, beam_size=beam, n_best=1)
@@ -113,13 +103,13 @@ def speed(
             del translate
             gc.collect()  # the translator and its threads go now, not at some later collection
     rows = []
-    for (system, used_threads, beam, mode), (seconds, tokens, sentences) in measured.items():
+    for (name, used_threads, beam, mode), (seconds, tokens, sentences) in measured.items():
         attn_seconds = measured[("attn", threads, beam, mode)][0]
         rows.append(
             {
                 "search": "greedy" if beam == 1 else f"beam {beam}",
                 "mode": mode,
-                "system": system,
+                "system": name,
                 "threads": used_threads,
                 "sentences": sentences,
                 "seconds": round(seconds, 3),
@@ -141,74 +131,89 @@ def speed(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, default=Path("runs/en-zh"))
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--single", type=int, default=200, help="sentences translated one at a time")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    arguments = parser(__doc__, "a tiny run, its first 20 test sentences (5 one at a time), one repeat")
+    arguments.add_argument("--run", type=Path, help="the trained run (default runs/en-zh)")
+    arguments.add_argument("--threads", type=int, default=2)
+    arguments.add_argument("--single", type=int, default=200, help="sentences translated one at a time")
+    arguments.add_argument("--repeats", type=int, default=3)
+    arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench")
+    args = arguments.parse_args()
+    if args.smoke:
+        args.run = args.run or tiny_run(args.workdir / "tiny")
+        args.single, args.repeats = 5, 1
+    args.run = args.run or Path("runs/en-zh")
 
-    torch.set_num_threads(args.threads)
-    loaded = load_checkpoint(find_checkpoint(args.run, None))
-    cfg = loaded.config
+    import ctranslate2
+    import torch
+
+    from attn_cli.engines.load import load_engine
+    from attn_cli.export.convert import export
+    from attn_cli.paths import RunPaths
+
+    engine = load_engine([args.run], [], None, "cpu", threads=args.threads)
+    cfg = engine.config
     paths = RunPaths.of(args.run)
     sources = paths.split_file("test", cfg.data.src_lang).read_text(encoding="utf-8").splitlines()
     references = paths.split_file("test", cfg.data.tgt_lang).read_text(encoding="utf-8").splitlines()
+    if args.smoke:
+        sources, references = sources[:20], references[:20]
     with tempfile.TemporaryDirectory() as directory:
         directory = Path(directory)
         for quantization in QUANTIZATIONS:
-            export(cfg, loaded.tokenizers, loaded.model, directory / quantization, quantization)
-        systems = {"attn": attn_system(loaded)}
-        systems.update({f"ct2 {q}": export_system(loaded, directory / q, 1) for q in QUANTIZATIONS})
+            export(cfg, engine.tokenizers, engine.model, directory / quantization, quantization)
+        systems = {"attn": system(engine)}
+        systems.update({f"ct2 {q}": export_system(directory / q, 1) for q in QUANTIZATIONS})
         scores = quality(systems, sources, references, cfg.decode, cfg.data.tgt_lang)
         del systems
         gc.collect()
-        rows = speed(loaded, directory, sources, sources[: args.single], cfg.decode, args.threads, args.repeats)
+        rows = speed(engine, directory, sources, sources[: args.single], cfg.decode, args.threads, args.repeats)
 
     print(
         f"quality on {len(sources):,} test sentences (beam {cfg.decode.beam_size}, "
-        f"length penalty {cfg.decode.length_penalty}):"
+        f"length penalty {cfg.decode.length_penalty}):\n"
     )
-    print(f"{'system':<14} {'BLEU':>6} {'chrF':>6} {'= attn greedy':>14} {'= attn beam':>12}")
-    for name, found in scores.items():
-        print(
-            f"{name:<14} {found['bleu']:>6.2f} {found['chrf']:>6.2f} {found['same_as_attn_greedy']:>14} "
-            f"{found['same_as_attn_beam']:>12}"
+    print(
+        markdown_table(
+            ["system", "BLEU", "chrF", "= attn greedy", "= attn beam"],
+            [
+                [name, found["bleu"], found["chrf"], found["same_as_attn_greedy"], found["same_as_attn_beam"]]
+                for name, found in scores.items()
+            ],
         )
-    print(f"\nspeed (median of {args.repeats}; attn on {args.threads} torch threads):")
-    print(f"{'search':<7} {'mode':<14} {'system':<14} {'threads':>7} {'sent/s':>8} {'tok/s':>8} {'x attn':>7}")
-    for row in rows:
-        print(
-            f"{row['search']:<7} {row['mode']:<14} {row['system']:<14} {row['threads']:>7} "
-            f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>8.1f} {row['speedup_vs_attn']:>7.2f}"
+    )
+    print(f"\nspeed (median of {args.repeats}; attn on {args.threads} torch threads):\n")
+    print(
+        markdown_table(
+            ["search", "mode", "system", "threads", "sentences/s", "tokens/s", "x attn"],
+            [
+                [
+                    row["search"],
+                    row["mode"],
+                    row["system"],
+                    row["threads"],
+                    row["sentences_per_s"],
+                    row["tokens_per_s"],
+                    row["speedup_vs_attn"],
+                ]
+                for row in rows
+            ],
         )
-    if args.json:
-        import ctranslate2
-
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "run": str(args.run),
-                    "sentences": len(sources),
-                    "decode": dataclasses.asdict(cfg.decode),
-                    "threads": args.threads,
-                    "repeats": args.repeats,
-                    "quality": scores,
-                    "speed": rows,
-                    "versions": {
-                        "torch": torch.__version__,
-                        "ctranslate2": ctranslate2.__version__,
-                        "python": platform.python_version(),
-                    },
-                    "machine": platform.processor() or platform.machine(),
-                },
-                indent=2,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+    )
+    results = {
+        "run": str(args.run),
+        "sentences": len(sources),
+        "decode": dataclasses.asdict(cfg.decode),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "quality": scores,
+        "speed": rows,
+        "versions": {
+            "torch": torch.__version__,
+            "ctranslate2": ctranslate2.__version__,
+            "python": platform.python_version(),
+        },
+    }
+    write_report(args.json, results, args)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,21 @@
 4. Both models translate both test sets with the config's beam search, scored by `attn eval`:
    the questions' test split (in-domain, before and after) and the general test split (forgetting).
 
-    python3 scripts/bench_finetune.py --workdir runs/finetune --json bench_results/finetune.json
+A base run already in --workdir is reused (and its time not measured); the fine-tuned run must be new.
+
+    python3 -m bench.finetune --workdir runs/finetune --json bench_results/finetune.json
+    python3 -m bench.finetune --smoke --workdir /tmp/attn-bench --json /tmp/finetune.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import subprocess
-import sys
+import shutil
+import tempfile
 import time
 from pathlib import Path
+
+from bench.toolkit import attn, markdown_table, parser, write_report
 
 
 def split_corpus(workdir: Path) -> tuple[Path, Path, int, int]:
@@ -37,14 +40,6 @@ def split_corpus(workdir: Path) -> tuple[Path, Path, int, int]:
     return paths[0], paths[1], len(general), len(questions)
 
 
-def attn(*arguments: str) -> str:
-    """Run an attn command; its stdout (raises with its stderr when it fails)."""
-    done = subprocess.run([sys.executable, "-m", "attn_cli", *arguments], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"attn {' '.join(arguments)} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
-
-
 def scores(checkpoint: Path, split_run: Path) -> dict:
     """BLEU and chrF of `checkpoint` on the test split of `split_run`."""
     output = attn("eval", "--checkpoint", str(checkpoint), "--run", str(split_run))
@@ -52,14 +47,30 @@ def scores(checkpoint: Path, split_run: Path) -> dict:
     return {name.lower(): float(value) for name, value in found.items()}
 
 
+def settings(*pairs: str) -> list[str]:
+    """`--set KEY=VALUE` for each of `pairs`."""
+    return [part for pair in pairs for part in ("--set", pair)]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--base-steps", type=int, default=4722)
-    parser.add_argument("--fine-steps", type=int, default=400)
-    parser.add_argument("--fine-lr", type=float, default=2e-4)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    arguments = parser(
+        __doc__, "tiny.yaml instead of en-zh.yaml, 2 base and 2 fine-tuning updates, in a new directory each time"
+    )
+    arguments.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "attn-bench" / "finetune",
+        help="where the corpus halves and the two runs are written (--smoke: in its finetune-smoke/)",
+    )
+    arguments.add_argument("--base-steps", type=int, default=4722)
+    arguments.add_argument("--fine-steps", type=int, default=400)
+    arguments.add_argument("--fine-lr", type=float, default=2e-4)
+    args = arguments.parse_args()
+    config = "en-zh.yaml"
+    if args.smoke:
+        args.workdir, args.base_steps, args.fine_steps, config = args.workdir / "finetune-smoke", 2, 2, "tiny.yaml"
+        shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
     general, questions, general_count, question_count = split_corpus(args.workdir)
     base, fine = args.workdir / "base", args.workdir / "fine"
@@ -69,42 +80,32 @@ def main() -> None:
         attn(
             "train",
             "--config",
-            "en-zh.yaml",
-            "--set",
-            f"run_dir={base}",
-            "--set",
-            f"data.corpus.path={general}",
-            "--set",
-            f"train.max_steps={args.base_steps}",
-            "--set",
-            "train.max_minutes=null",
+            config,
+            *settings(
+                f"run_dir={base}",
+                f"data.corpus.path={general}",
+                f"train.max_steps={args.base_steps}",
+                "train.max_minutes=null",
+            ),
         )
     base_seconds = time.perf_counter() - started
     started = time.perf_counter()
     attn(
         "train",
         "--config",
-        "en-zh.yaml",
-        "--set",
-        f"run_dir={fine}",
-        "--set",
-        f"data.corpus.path={questions}",
-        "--set",
-        f"train.init_from={base}",
-        "--set",
-        "data.valid_size=200",
-        "--set",
-        "data.test_size=500",
-        "--set",
-        f"train.max_steps={args.fine_steps}",
-        "--set",
-        "train.max_minutes=null",
-        "--set",
-        f"train.lr={args.fine_lr}",
-        "--set",
-        "train.warmup_steps=50",
-        "--set",
-        "train.valid_every=50",
+        config,
+        *settings(
+            f"run_dir={fine}",
+            f"data.corpus.path={questions}",
+            f"train.init_from={base}",
+            "data.valid_size=200",
+            "data.test_size=500",
+            f"train.max_steps={args.fine_steps}",
+            "train.max_minutes=null",
+            f"train.lr={args.fine_lr}",
+            "train.warmup_steps=50",
+            "train.valid_every=50",
+        ),
     )
     fine_seconds = time.perf_counter() - started
 
@@ -118,32 +119,29 @@ def main() -> None:
         f"{general_count:,} general pairs; base {args.base_steps:,} steps ({base_seconds / 60:.0f} min), "
         f"fine-tuning {args.fine_steps} steps at lr {args.fine_lr} ({fine_seconds / 60:.1f} min)\n"
     )
-    print("| model | questions BLEU | questions chrF | general BLEU | general chrF |")
-    print("|---|---:|---:|---:|---:|")
-    for name, found in results.items():
-        print(
-            f"| {name} | {found['questions']['bleu']:.2f} | {found['questions']['chrf']:.2f} "
-            f"| {found['general']['bleu']:.2f} | {found['general']['chrf']:.2f} |"
-        )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "results": results,
-                    "base_steps": args.base_steps,
-                    "fine_steps": args.fine_steps,
-                    "fine_lr": args.fine_lr,
-                    "question_pairs": question_count,
-                    "general_pairs": general_count,
-                    "base_seconds": round(base_seconds),
-                    "fine_seconds": round(fine_seconds),
-                },
-                indent=2,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+    table = [
+        [
+            name,
+            found["questions"]["bleu"],
+            found["questions"]["chrf"],
+            found["general"]["bleu"],
+            found["general"]["chrf"],
+        ]
+        for name, found in results.items()
+    ]
+    print(markdown_table(["model", "questions BLEU", "questions chrF", "general BLEU", "general chrF"], table))
+    report = {
+        "results": results,
+        "config": config,
+        "base_steps": args.base_steps,
+        "fine_steps": args.fine_steps,
+        "fine_lr": args.fine_lr,
+        "question_pairs": question_count,
+        "general_pairs": general_count,
+        "base_seconds": round(base_seconds),
+        "fine_seconds": round(fine_seconds),
+    }
+    write_report(args.json, report, args)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@
 # memory (torch.cuda.max_memory_allocated), the first and last loss, skipped non-finite steps, and
 # which scaled_dot_product_attention kernel ran (from the profiler's op names of one step).
 #
-#     bash scripts/gpu_check.sh
-#     STEPS=100 bash scripts/gpu_check.sh
+#     bash bench/gpu_check.sh
+#     STEPS=100 bash bench/gpu_check.sh
 #
 # On a machine without CUDA it says so and exits with status 0.
 set -euo pipefail
@@ -28,7 +28,8 @@ if not torch.cuda.is_available():
     print(f"gpu_check: no CUDA device visible to torch {torch.__version__}; nothing to check on this machine")
     sys.exit(0)
 
-from attn_cli.data.batching import Example, collate, token_batches
+from attn_cli.data.batching import Example, token_batches
+from attn_cli.data.collate import collate
 from attn_cli.model import Transformer
 from attn_cli.training.precision import Precision
 from attn_cli.training.setup import inverse_sqrt_schedule

@@ -20,7 +20,7 @@ training pairs (checked again here):
    case aside, on word boundaries, longest first), kept when the reference holds the target of
    every term that applies, so that the glossary never asks for what the reference does not say.
 
-    python3 scripts/build_term_set.py --out benchmarks/en-zh-terms
+    python3 -m tools.build_term_set --run runs/en-zh --out benchmarks/en-zh-terms   # from the repository root
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from build_long_set import attributions
-
 from attn_cli.config import load_config
 from attn_cli.data.split import split_corpus
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.glossary import Term, applicable_terms, occurs
+from tools.build_long_set import attributions
 
 STOP_WORDS = set(
     """a an the and or but if of to in on at by for with from as is are was were be been being am do does did
@@ -168,7 +167,7 @@ def main() -> None:
     glossary = [(term, stats) for term, stats in found if used[term.source]]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "glossary.tsv").write_text(
-        "# source term<TAB>target term: unambiguous in the held-out splits (scripts/build_term_set.py)\n"
+        "# source term<TAB>target term: unambiguous in the held-out splits (tools/build_term_set.py)\n"
         + "".join(f"{term.source}\t" + "\t".join(term.targets) + "\n" for term, _ in glossary),
         encoding="utf-8",
     )

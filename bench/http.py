@@ -34,14 +34,19 @@ Then the soak (--soak-seconds, 0 to skip): a fresh attn PyTorch server with batc
 other than 429, whether every request the server accepted (/health's count) was answered, and the
 server's RSS at its start and end and its peak (sampled every few seconds), checked within 50 MB.
 
-    python3 scripts/bench_http.py --run runs/en-zh --json bench_results/http.json
+A peer that cannot run here (LibreTranslate not installed) is reported unavailable and skipped.
+Every server listens on 127.0.0.1 only; the load is bounded by --seconds and --max-requests.
 
-A smoke run: --seconds 2 --concurrency 1,16 --soak-seconds 5 --soak-warmup 2.
+    python3 -m bench.http --run runs/en-zh --json bench_results/http.json
+    python3 -m bench.http --run runs/en-zh --peer ct2-fastapi --workdir /tmp/bh --json bench_results/http.json
+    python3 -m bench.http --smoke --json /tmp/http-smoke.json     # a tiny run, attn's servers only
+
+--workdir DIR keeps the served checkpoint (DIR/http/checkpoint.pt) and int8 export (DIR/http/int8)
+with the decoding settings served, for `python3 -m bench.batch_gain`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
@@ -50,8 +55,6 @@ import platform
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,7 +63,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
+from bench.toolkit import (
+    ServerProcess,
+    attn,
+    attn_serve,
+    free_port,
+    get_json,
+    machine_info,
+    parser,
+    percentile,
+    tiny_run,
+    write_report,
+)
 
 SYSTEMS = ("pytorch", "pytorch-single", "int8", "int8-single", "peer")
 # What Argos Translate decodes with (argostranslate/translate.py: beam 4, length penalty 0.2,
@@ -129,17 +143,6 @@ class Connection:
         self.reader = self.writer = None
 
 
-async def get_json(port: int, path: str, timeout: float = 10.0):
-    connection = Connection("127.0.0.1", port)
-    try:
-        status, data = await asyncio.wait_for(connection.request("GET", path), timeout)
-    finally:
-        connection.close()
-    if status != 200:
-        raise RuntimeError(f"GET {path}: status {status}")
-    return json.loads(data)
-
-
 async def post_translate(connection: Connection, body: bytes, timeout: float) -> tuple[int, Optional[str]]:
     """The status and the translation (None unless a 200 with a string translatedText)."""
     status, data = await asyncio.wait_for(connection.request("POST", "/translate", body), timeout)
@@ -201,14 +204,6 @@ async def run_load(
     return Load(time.perf_counter() - started, time.process_time() - cpu, latencies, failures, sent[0])
 
 
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * q // 100) - 1))]
-
-
 def ms(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else round(seconds * 1000, 1)
 
@@ -243,85 +238,9 @@ def request_mix(sentences: list[str], long: list[str], every: int) -> list[str]:
 # Servers.
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def rss_mb(pid: int) -> Optional[float]:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
-
-
-@dataclass
-class Server:
-    name: str
-    argv: list[str]
-    env: dict
-    port: int
-    ready_path: str
-    log: Path
-    model_bin: Optional[Path] = None  # the peer's model file, to compare with attn's
-    process: Optional[subprocess.Popen] = None
-    started_in: Optional[float] = None
-
-    async def start(self, timeout: float) -> None:
-        started = time.perf_counter()
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, stdin=subprocess.DEVNULL
-            )
-        while time.perf_counter() - started < timeout:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                await get_json(self.port, self.ready_path, timeout=2)
-                self.started_in = round(time.perf_counter() - started, 1)
-                return
-            except (OSError, RuntimeError, asyncio.TimeoutError, ValueError):
-                await asyncio.sleep(0.25)
-        self.stop(10)
-        raise RuntimeError(f"{self.name} did not answer GET {self.ready_path} within {timeout:g} s:\n{self.log_tail()}")
-
-    @property
-    def rss(self) -> Optional[float]:
-        return rss_mb(self.process.pid)
-
-    def stop(self, timeout: float) -> dict:
-        """SIGTERM, then the exit status (SIGKILL after `timeout` seconds, recorded as such)."""
-        if self.process.poll() is not None:
-            return {"exit_status": self.process.returncode, "stopped_in_s": 0.0, "note": "had already exited"}
-        began = time.perf_counter()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            status = self.process.wait(timeout)
-            note = "stopped by SIGTERM"
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            status = self.process.wait()
-            note = f"did not stop within {timeout:g} s of SIGTERM: killed"
-        if status < 0:
-            note += f" (ended by {signal.Signals(-status).name}: no handler of its own)"
-        return {"exit_status": status, "stopped_in_s": round(time.perf_counter() - began, 2), "note": note}
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-
-def attn_server(name: str, what: list[str], batching: bool, args, work: Path, extra: list[str]) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "attn_cli", "serve", *what, "--port", str(port), "--device", "cpu"]
-    argv += ["--threads", str(args.threads), "--batching" if batching else "--no-batching", *extra]
-    return Server(name, argv, dict(os.environ), port, "/health", work / f"{name.replace(' ', '_')}.log")
+def attn_server(name: str, what: list[str], batching: bool, args, work: Path, extra: list[str]) -> ServerProcess:
+    """`attn serve` of `what` on a free port, CPU, --threads threads, batching on or off (not started)."""
+    return attn_serve(name, [*what, "--batching" if batching else "--no-batching", *extra], work, args.threads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,31 +256,42 @@ def set_export_decode(directory: Path, decode: dict) -> None:
     config_file.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
-def attn(*arguments: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "attn_cli", *arguments], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"attn {' '.join(arguments)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def libretranslate_server(args, work: Path, checkpoint: Path, languages: tuple[str, str], beam: int) -> Server:
+PEER_NAMES = {"libretranslate": "LibreTranslate", "ct2-fastapi": "CTranslate2 + FastAPI"}
+
+
+def peer_missing(args) -> Optional[str]:
+    """Why the chosen peer cannot run here (None when it can): LibreTranslate is installed apart, in
+    a virtual environment of its own; the CTranslate2 + FastAPI wrapper needs those packages here."""
+    if args.peer == "libretranslate":
+        binary = Path(args.libretranslate)
+        if not binary.is_file() or not (binary.parent / "python").is_file():
+            return (
+                f"no LibreTranslate at {binary} (with its python beside it): install it in a virtual "
+                "environment and pass --libretranslate VENV/bin/libretranslate, or use --peer ct2-fastapi"
+            )
+        return None
+    from importlib.util import find_spec
+
+    absent = [name for name in ("ctranslate2", "fastapi", "uvicorn", "sentencepiece") if find_spec(name) is None]
+    return f"{', '.join(absent)} not installed" if absent else None
+
+
+def libretranslate_server(
+    args, work: Path, checkpoint: Path, languages: tuple[str, str], beam: int
+) -> tuple[ServerProcess, Path]:
     """LibreTranslate with the checkpoint's Argos package, in a private home, started offline: it
     downloads models when fewer than two packages are installed, so it is given a local package
     index that lists the installed one (nothing to update) and the package's sentence splitter in
-    MiniSBD's cache (nothing to download)."""
+    MiniSBD's cache (nothing to download). With its model file, to compare with attn's."""
     from attn_cli.export.argos import argos_code
     from attn_cli.export.sentence_splitter import minisbd_model
 
     binary = Path(args.libretranslate)
     python = binary.parent / "python"
-    if not binary.is_file() or not python.is_file():
-        raise RuntimeError(
-            f"no LibreTranslate at {binary} (with its python beside it): install it in a virtual "
-            "environment and pass --libretranslate VENV/bin/libretranslate, or use --peer ct2-fastapi"
-        )
     home = work / "lt-home"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ARGOS_", "LT_", "PYTHON"))}
     env.update(
@@ -394,7 +324,8 @@ def libretranslate_server(args, work: Path, checkpoint: Path, languages: tuple[s
     argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--load-only", ",".join(codes)]
     argv += ["--disable-web-ui", "--disable-files-translation", "--threads", str(args.peer_http_threads)]
     log = work / "libretranslate.log"
-    return Server("LibreTranslate", argv, env, port, "/languages", log, installed / "model" / "model.bin")
+    server = ServerProcess("LibreTranslate", argv, port, log, ready_path="/languages", env=env)
+    return server, installed / "model" / "model.bin"
 
 
 CT2_FASTAPI = '''"""The CTranslate2 + FastAPI server a CTranslate2 user writes: one translate_batch per request."""
@@ -435,14 +366,14 @@ uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
 '''
 
 
-def ct2_fastapi_server(args, work: Path, export_dir: Path, decode: dict) -> Server:
+def ct2_fastapi_server(args, work: Path, export_dir: Path, decode: dict) -> tuple[ServerProcess, Path]:
     script = work / "ct2_fastapi.py"
     script.write_text(CT2_FASTAPI, encoding="utf-8")
     port = free_port()
     argv = [sys.executable, str(script), str(export_dir), str(port), str(args.threads), str(decode["beam_size"])]
     argv += [str(decode["length_penalty"]), str(int(decode["max_len_b"]))]
     log = work / "ct2_fastapi.log"
-    return Server("CTranslate2 + FastAPI", argv, dict(os.environ), port, "/health", log, export_dir / "model.bin")
+    return ServerProcess("CTranslate2 + FastAPI", argv, port, log), export_dir / "model.bin"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,11 +384,11 @@ def attn_stats(health: dict) -> dict:
     return next(iter(health["models"].values()))
 
 
-async def cell(server: Server, is_attn: bool, bodies: list[bytes], clients: int, args) -> dict:
+async def cell(server: ServerProcess, is_attn: bool, bodies: list[bytes], clients: int, args) -> dict:
     warmup = await run_load(
         server.port, bodies, clients, 60.0, args.warmup * clients, args.request_timeout, offset=len(bodies) // 2
     )
-    before = attn_stats(await get_json(server.port, "/health")) if is_attn else None
+    before = attn_stats(get_json(server.port, "/health", timeout=10)) if is_attn else None
     rss_before, load_average = server.rss, os.getloadavg()[0]
     load = await run_load(server.port, bodies, clients, args.seconds, args.max_requests, args.request_timeout)
     rss_after = server.rss
@@ -480,14 +411,14 @@ async def cell(server: Server, is_attn: bool, bodies: list[bytes], clients: int,
         "load_average_1m": round(load_average, 2),
     }
     if is_attn:
-        after = attn_stats(await get_json(server.port, "/health"))
+        after = attn_stats(get_json(server.port, "/health", timeout=10))
         delta = {key: after[key] - before[key] for key in ("requests", "sentences", "calls", "refused", "cancelled")}
         row["server"] = delta
         row["requests_per_call"] = round(delta["requests"] / delta["calls"], 2) if delta["calls"] else None
     return row
 
 
-async def probe(server: Server, sentences: list[str], languages: tuple[str, str]) -> list[Optional[str]]:
+async def probe(server: ServerProcess, sentences: list[str], languages: tuple[str, str]) -> list[Optional[str]]:
     """The first sentences translated one by one (also the server's first requests)."""
     connection, found = Connection("127.0.0.1", server.port), []
     try:
@@ -512,9 +443,9 @@ def same_translation(a: Optional[str], b: Optional[str]) -> bool:
     return a.strip().rstrip(strip) == b.strip().rstrip(strip)
 
 
-async def run_system(server: Server, is_attn: bool, bodies, probe_sentences, languages, args) -> dict:
+async def run_system(server: ServerProcess, is_attn: bool, bodies, probe_sentences, languages, args) -> dict:
     print(f"\n{server.name}: starting ({shlex.join(server.argv[:6])} …)", flush=True)
-    await server.start(args.start_timeout)
+    server.start(args.start_timeout)
     system = {"name": server.name, "command": server.argv, "started_in_s": server.started_in}
     system["rss_start_mb"] = server.rss
     try:
@@ -532,9 +463,9 @@ async def run_system(server: Server, is_attn: bool, bodies, probe_sentences, lan
     return system
 
 
-async def soak(server: Server, bodies: list[bytes], args) -> dict:
+async def soak(server: ServerProcess, bodies: list[bytes], args) -> dict:
     print(f"\nsoak: {server.name}, {args.soak_clients} clients for {args.soak_seconds:g} s", flush=True)
-    await server.start(args.start_timeout)
+    server.start(args.start_timeout)
     result = {"system": server.name, "clients": args.soak_clients, "seconds": args.soak_seconds}
     try:
         result["rss_loaded_mb"] = server.rss
@@ -542,7 +473,7 @@ async def soak(server: Server, bodies: list[bytes], args) -> dict:
             server.port, bodies, args.soak_clients, args.soak_warmup, 10**9, args.request_timeout, len(bodies) // 2
         )
         result["warmup"] = {"seconds": args.soak_warmup, "answered": len(warm.latencies), "failures": warm.failures}
-        before = attn_stats(await get_json(server.port, "/health"))
+        before = attn_stats(get_json(server.port, "/health", timeout=10))
         result["rss_start_mb"] = server.rss
         samples = []
 
@@ -560,7 +491,7 @@ async def soak(server: Server, bodies: list[bytes], args) -> dict:
             sampler.cancel()
         await asyncio.sleep(0.5)  # the access log's last lines, the last answers' garbage
         result["rss_end_mb"] = server.rss
-        after = attn_stats(await get_json(server.port, "/health"))
+        after = attn_stats(get_json(server.port, "/health", timeout=10))
         accepted = after["requests"] - before["requests"]
         errors = {key: count for key, count in load.failures.items() if key != "429"}
         result.update(
@@ -690,40 +621,63 @@ def versions(args) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+SMOKE = (
+    "attn's own servers only (PyTorch and CTranslate2 int8, batching) on a tiny run: 1 and 4 clients for "
+    "1.5 s each, a 2 s soak of 8 clients; LibreTranslate is reported, not started"
+)
+
+
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, default=Path("runs/en-zh"), help="the trained run (its test split)")
-    parser.add_argument("--model", type=Path, help="an `attn export` directory for the int8 rows (default: export it)")
-    parser.add_argument("--concurrency", default="1,4,16,64", help="clients per cell, comma-separated")
-    parser.add_argument("--seconds", type=float, default=10.0, help="the length of each timed cell")
-    parser.add_argument("--max-requests", type=int, default=20000, help="requests per timed cell at most")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed requests per client before each cell")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"which of {', '.join(SYSTEMS)}")
-    parser.add_argument("--peer", choices=("libretranslate", "ct2-fastapi"), default="libretranslate")
-    parser.add_argument("--libretranslate", default=shutil.which("libretranslate") or "/tmp/lt-venv/bin/libretranslate")
-    parser.add_argument("--peer-http-threads", type=int, default=4, help="LibreTranslate's --threads (its default)")
-    parser.add_argument("--threads", type=int, default=1, help="each server's compute threads (torch or CTranslate2)")
-    parser.add_argument("--decode", choices=("peer", "run"), default="peer", help="whose decoding settings")
-    parser.add_argument("--serve-args", default="", help="more `attn serve` flags, e.g. '--max-wait-ms 2'")
-    parser.add_argument("--long-words", type=int, default=25)
-    parser.add_argument("--long-every", type=int, default=10, help="every Nth request is a long sentence")
-    parser.add_argument("--probe", type=int, default=20, help="sentences translated one by one to compare outputs")
-    parser.add_argument("--request-timeout", type=float, default=60.0)
-    parser.add_argument("--start-timeout", type=float, default=180.0)
-    parser.add_argument("--stop-timeout", type=float, default=60.0)
-    parser.add_argument("--soak-seconds", type=float, default=60.0, help="0: no soak")
-    parser.add_argument("--soak-warmup", type=float, default=10.0)
-    parser.add_argument("--soak-clients", type=int, default=64)
-    parser.add_argument("--soak-max-requests", type=int, default=500000)
-    parser.add_argument("--soak-sample-seconds", type=float, default=5.0)
-    parser.add_argument("--workdir", type=Path, help="keep the models, logs and package here (default: a temp dir)")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    arguments = parser(__doc__, SMOKE)
+    arguments.add_argument("--run", type=Path, help="the trained run (its test split); default runs/en-zh")
+    arguments.add_argument(
+        "--model", type=Path, help="an `attn export` directory for the int8 rows (default: export it)"
+    )
+    arguments.add_argument("--concurrency", default="1,4,16,64", help="clients per cell, comma-separated")
+    arguments.add_argument("--seconds", type=float, default=10.0, help="the length of each timed cell")
+    arguments.add_argument("--max-requests", type=int, default=20000, help="requests per timed cell at most")
+    arguments.add_argument("--warmup", type=int, default=2, help="untimed requests per client before each cell")
+    arguments.add_argument("--systems", default=",".join(SYSTEMS), help=f"which of {', '.join(SYSTEMS)}")
+    arguments.add_argument("--peer", choices=("libretranslate", "ct2-fastapi"), default="libretranslate")
+    arguments.add_argument(
+        "--libretranslate", default=shutil.which("libretranslate") or "/tmp/lt-venv/bin/libretranslate"
+    )
+    arguments.add_argument("--peer-http-threads", type=int, default=4, help="LibreTranslate's --threads (its default)")
+    arguments.add_argument(
+        "--threads", type=int, default=1, help="each server's compute threads (torch or CTranslate2)"
+    )
+    arguments.add_argument("--decode", choices=("peer", "run"), default="peer", help="whose decoding settings")
+    arguments.add_argument("--serve-args", default="", help="more `attn serve` flags, e.g. '--max-wait-ms 2'")
+    arguments.add_argument("--long-words", type=int, default=25)
+    arguments.add_argument("--long-every", type=int, default=10, help="every Nth request is a long sentence")
+    arguments.add_argument("--probe", type=int, default=20, help="sentences translated one by one to compare outputs")
+    arguments.add_argument("--request-timeout", type=float, default=60.0)
+    arguments.add_argument("--start-timeout", type=float, default=180.0)
+    arguments.add_argument("--stop-timeout", type=float, default=60.0)
+    arguments.add_argument("--soak-seconds", type=float, default=60.0, help="0: no soak")
+    arguments.add_argument("--soak-warmup", type=float, default=10.0)
+    arguments.add_argument("--soak-clients", type=int, default=64)
+    arguments.add_argument("--soak-max-requests", type=int, default=500000)
+    arguments.add_argument("--soak-sample-seconds", type=float, default=5.0)
+    arguments.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "attn-bench",
+        help="the models, logs and package go to its http/ folder, made afresh (smoke: the tiny run goes to tiny/)",
+    )
+    args = arguments.parse_args()
+    if args.smoke:
+        args.run = args.run or tiny_run(args.workdir / "tiny")
+        args.concurrency, args.seconds, args.max_requests, args.warmup = "1,4", 1.5, 1000, 1
+        args.systems, args.probe = "pytorch,int8", 3
+        args.soak_seconds, args.soak_warmup, args.soak_clients, args.soak_sample_seconds = 2.0, 0.5, 8, 0.5
+        args.start_timeout, args.stop_timeout, args.request_timeout = 120.0, 30.0, 30.0
+    args.run = args.run or Path("runs/en-zh")
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
-        parser.error(f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}")
+        arguments.error(f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}")
     return args
 
 
@@ -769,7 +723,6 @@ async def bench(args, work: Path) -> dict:
     extra = shlex.split(args.serve_args)
 
     results = {
-        "command": [sys.executable, *sys.argv],
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             **machine_info(),
@@ -813,16 +766,29 @@ async def bench(args, work: Path) -> dict:
         ),
     }
     probe_sentences = test[: args.probe]
+    missing = peer_missing(args)
+    skipped = "not among --systems (smoke mode measures attn alone)" if args.smoke else "not among --systems"
+    results["peer"] = {
+        "name": PEER_NAMES[args.peer],
+        "available": missing is None,
+        "measured": "peer" in args.systems and missing is None,
+        "note": missing or ("" if "peer" in args.systems else skipped),
+    }
     for key in [s for s in SYSTEMS if s in args.systems]:
+        if key == "peer" and missing is not None:
+            print(f"\npeer: {PEER_NAMES[args.peer]} is unavailable, skipped: {missing}", flush=True)
+            results["systems"][key] = {"name": PEER_NAMES[args.peer], "key": key, "unavailable": True}
+            results["systems"][key].update(error=missing, cells=[])
+            continue
         try:
             if key == "peer" and args.peer == "libretranslate":
-                server = libretranslate_server(args, work, served_checkpoint, languages, decode["beam_size"])
+                server, model_bin = libretranslate_server(args, work, served_checkpoint, languages, decode["beam_size"])
             elif key == "peer":
-                server = ct2_fastapi_server(args, work, export_dir, decode)
+                server, model_bin = ct2_fastapi_server(args, work, export_dir, decode)
             else:
                 server = makers[key]()
             if key == "peer" and export_dir.exists():
-                same = sha256(server.model_bin) == sha256(export_dir / "model.bin")
+                same = sha256(model_bin) == sha256(export_dir / "model.bin")
                 results["settings"]["peer_model_bin_same_as_attn_int8"] = same
             system = await run_system(server, key != "peer", bodies, probe_sentences, languages, args)
         except RuntimeError as error:  # it could not be set up or did not start: the others still run
@@ -859,6 +825,10 @@ def report(results: dict) -> None:
     for key, found in comparisons.items():
         if key != "clients":
             print(f"  {key}: {json.dumps(found)}")
+    peer = results["peer"]
+    if "peer" not in results["systems"]:
+        available = "available" if peer["available"] else f"unavailable: {peer['note']}"
+        print(f"  peer {peer['name']}: not measured ({'not among --systems' if peer['available'] else available})")
     for system in results["systems"].values():
         if "error" in system:
             print(f"  {system['name']}: did not run: {system['error'].splitlines()[0]}")
@@ -887,15 +857,13 @@ def report(results: dict) -> None:
 
 def main() -> None:
     args = parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench_http.") as temporary:
-        work = args.workdir or Path(temporary)
-        work.mkdir(parents=True, exist_ok=True)
-        results = asyncio.run(bench(args, work))
+    work = args.workdir / "http"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    results = asyncio.run(bench(args, work))
     report(results)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"\nwrote {args.json}")
+    write_report(args.json, results, args)
 
 
 if __name__ == "__main__":

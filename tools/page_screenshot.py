@@ -1,9 +1,11 @@
 """The screenshot of the page of `attn serve` in docs/serve-page.png: serve a run on a free port,
 open the page in headless Chromium, translate the sentences, pick the first one and save the page.
 
-    python3 scripts/page_screenshot.py                                   # runs/en-zh
-    python3 scripts/page_screenshot.py --run runs/en-zh "It is raining." "Where is the station?"
-    python3 scripts/page_screenshot.py --checkpoint model.pt --output /tmp/page.png
+    python3 -m tools.page_screenshot                                   # runs/en-zh
+    python3 -m tools.page_screenshot --run runs/en-zh "It is raining." "Where is the station?"
+    python3 -m tools.page_screenshot --checkpoint model.pt --output /tmp/page.png
+
+(from the repository root: the server is started with bench/toolkit.py's ServerProcess.)
 
 Needs selenium (in the test extra) and Debian's chromium and chromium-driver; Chinese output needs
 a CJK font too (apt-get install fonts-noto-cjk or fonts-wqy-microhei), or it shows as boxes.
@@ -14,55 +16,28 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.toolkit import REPO, ServerProcess, free_port
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SENTENCES = ["I love machine learning.", "The weather is nice today."]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def served(model_args: list[str], log_path: Path, startup_seconds: float = 120.0):
-    """`attn serve` with `model_args` on a free port, from this repository; yields its base URL."""
+    """`attn serve` with `model_args` on a free 127.0.0.1 port, from this repository; yields its base URL."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "attn_cli", "serve", *model_args, "--port", str(port)]
-    with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
+    server = ServerProcess("attn serve", command, port, log_path, cwd=REPO)
+    server.start(startup_seconds)
     try:
-        deadline = time.monotonic() + startup_seconds
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"attn serve exited with {process.returncode}:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"attn serve did not answer in {startup_seconds:.0f} s:\n{log_path.read_text()}")
-                time.sleep(0.2)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop(15)
 
 
 @contextmanager

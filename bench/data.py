@@ -18,14 +18,16 @@ measures, each in its own process:
   one process alike: each rank's peaks, and the peak of their sum (PSS adds up to what they take
   together).
 
-    python3 scripts/bench_data.py --sizes 100000 1000000 --json bench_results/data.json
+The commands run with the config en-zh.yaml (--smoke: tiny.yaml). Without torchrun on the PATH, the
+two-process part is reported as unavailable.
+
+    python3 -m bench.data --sizes 100000 1000000 --json bench_results/data.json
+    python3 -m bench.data --smoke --workdir /tmp/attn-bench --json /tmp/data.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import random
 import shutil
 import subprocess
@@ -33,6 +35,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.toolkit import REPO, markdown_table, parser, write_report
+
+CONFIG = "en-zh.yaml"  # the config every command runs with (--smoke: tiny.yaml)
 
 
 def synthetic_corpus(path: Path, pairs: int, seed: int) -> None:
@@ -96,7 +102,7 @@ def run(command: list[str], launcher: list[str] | None = None) -> dict:
     # Output into files, not pipes: a pipe nobody reads while the process runs would fill and stop it.
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(
-            [*(launcher or [sys.executable]), "-m", "attn_cli", *command], stdout=out, stderr=err, text=True
+            [*(launcher or [sys.executable]), "-m", "attn_cli", *command], stdout=out, stderr=err, text=True, cwd=REPO
         )
         peaks: dict[int, dict[str, int]] = {}
         peak_total = dict.fromkeys(_FIELDS, 0)
@@ -125,8 +131,8 @@ def run(command: list[str], launcher: list[str] | None = None) -> dict:
     return result
 
 
-def _settings(corpus: Path, run_dir: Path) -> list[str]:
-    return ["--config", "en-zh.yaml", "--set", f"data.corpus.path={corpus}", "--set", f"run_dir={run_dir}"]
+def _settings(corpus: Path, run_dir: Path, config: str) -> list[str]:
+    return ["--config", config, "--set", f"data.corpus.path={corpus}", "--set", f"run_dir={run_dir}"]
 
 
 def _training(steps: int) -> list[str]:
@@ -142,10 +148,10 @@ def _training(steps: int) -> list[str]:
     ]
 
 
-def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
+def bench_size(pairs: int, workdir: Path, steps: int, config: str = CONFIG) -> dict:
     corpus = workdir / f"corpus-{pairs}.tsv"
     synthetic_corpus(corpus, pairs, seed=pairs)
-    settings = _settings(corpus, workdir / f"run-{pairs}")
+    settings = _settings(corpus, workdir / f"run-{pairs}", config)
     tokenizer = run(["tokenizer", *settings])
     first = run(["prepare", *settings, "--json"])
     stats = json.loads(first.pop("stdout"))
@@ -165,7 +171,7 @@ def bench_size(pairs: int, workdir: Path, steps: int) -> dict:
     }
 
 
-def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
+def bench_two_ranks(pairs: int, workdir: Path, steps: int, config: str = CONFIG) -> dict:
     """`attn train` on two torchrun processes (gloo, one thread each) on the data bench_size prepared
     for `pairs`, in a run directory of its own given that run's tokenizer and sharing one prepared
     entry through data.cache_dir; and one process alike, for comparison. Only training is measured:
@@ -181,14 +187,17 @@ def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
         "train.threads=1",
         *_training(steps),
     ]
+    if shutil.which("torchrun") is None:
+        return {"pairs": pairs, "error": "torchrun is not on the PATH"}
     runs = {name: workdir / f"run-{pairs}-{name}" for name in ("one", "two")}
     for directory in runs.values():
         shutil.rmtree(directory, ignore_errors=True)
         shutil.copytree(workdir / f"run-{pairs}" / "tokenizer", directory / "tokenizer")
-    run(["prepare", *_settings(corpus, runs["one"]), "--set", f"data.cache_dir={cache}"])
-    one = run(["train", *_settings(corpus, runs["one"]), *common])
+    run(["prepare", *_settings(corpus, runs["one"], config), "--set", f"data.cache_dir={cache}"])
+    one = run(["train", *_settings(corpus, runs["one"], config), *common])
     two = run(
-        ["train", *_settings(corpus, runs["two"]), *common], launcher=["torchrun", "--nproc_per_node=2", "--standalone"]
+        ["train", *_settings(corpus, runs["two"], config), *common],
+        launcher=["torchrun", "--nproc_per_node=2", "--standalone"],
     )
     one.pop("stdout")
     two.pop("stdout")
@@ -196,31 +205,45 @@ def bench_two_ranks(pairs: int, workdir: Path, steps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument(
+    arguments = parser(
+        __doc__,
+        "tiny.yaml, one corpus of 1,000 pairs, 2 training steps, the two processes on it too",
+    )
+    arguments.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    arguments.add_argument(
         "--ranks-size",
         type=int,
         default=1_000_000,
         help="the size (one of --sizes) at which two torchrun processes are measured; 0: none",
     )
-    parser.add_argument(
+    arguments.add_argument(
         "--ranks-only",
         action="store_true",
         help="measure only the two processes, in a --workdir where an earlier run left the corpus "
         "and tokenizer of --ranks-size",
     )
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--workdir", type=Path)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    arguments.add_argument("--steps", type=int, default=50)
+    arguments.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the corpora and runs are written and kept (default: a temporary directory, removed after; "
+        "--smoke: its data-smoke/)",
+    )
+    args = arguments.parse_args()
+    config = CONFIG
+    if args.smoke:
+        config = "tiny.yaml"
+        args.sizes, args.ranks_size, args.steps = [1000], 1000, 2
+        if args.workdir is not None:
+            args.workdir = args.workdir / "data-smoke"
+            shutil.rmtree(args.workdir, ignore_errors=True)  # measured from the start, as in a new directory
 
     with tempfile.TemporaryDirectory(prefix="bench_data_") as temporary:
-        workdir = args.workdir or Path(temporary)
+        workdir = (args.workdir or Path(temporary)).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         results = []
         for pairs in [] if args.ranks_only else args.sizes:
-            results.append(bench_size(pairs, workdir, args.steps))
+            results.append(bench_size(pairs, workdir, args.steps, config))
             r = results[-1]
             print(
                 f"{pairs:,} pairs: tokenizer {r['tokenizer']['seconds']} s; "
@@ -231,63 +254,50 @@ def main() -> None:
                 f"{r['train']['peak_anonymous_mb']:,} MB",
                 flush=True,
             )
-        ranks = bench_two_ranks(args.ranks_size, workdir, args.steps) if args.ranks_size in args.sizes else None
+        ranks = bench_two_ranks(args.ranks_size, workdir, args.steps, config) if args.ranks_size in args.sizes else None
         if ranks is not None:
             print(f"two processes on {args.ranks_size:,} pairs: {ranks}", flush=True)
 
-    print(
-        f"\n| pairs | tokenizer | first prepare | pairs/s | its peak RSS | prepare again | train {args.steps} steps "
-        f"| peak RSS | peak PSS | peak USS | peak anonymous |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in results:
-        print(
-            f"| {r['pairs']:,} | {r['tokenizer']['seconds']} s | {r['first_prepare']['seconds']} s "
-            f"| {r['pairs_per_s']:,} "
-            f"| {r['first_prepare']['peak_rss_mb']:,} MB | {r['second_prepare']['seconds']} s "
-            f"| {r['train']['seconds']} s "
-            f"| {r['train']['peak_rss_mb']:,} MB | {r['train']['peak_pss_mb']:,} MB | {r['train']['peak_uss_mb']:,} MB "
-            f"| {r['train']['peak_anonymous_mb']:,} MB |"
-        )
-    if ranks is not None:
+    print()
+    headers = ["pairs", "tokenizer s", "first prepare s", "pairs/s", "its peak RSS MB", "prepare again s"]
+    headers += [f"train {args.steps} steps s", "peak RSS MB", "peak PSS MB", "peak USS MB", "peak anonymous MB"]
+    table = [
+        [
+            r["pairs"],
+            r["tokenizer"]["seconds"],
+            r["first_prepare"]["seconds"],
+            r["pairs_per_s"],
+            r["first_prepare"]["peak_rss_mb"],
+            r["second_prepare"]["seconds"],
+            r["train"]["seconds"],
+            r["train"]["peak_rss_mb"],
+            r["train"]["peak_pss_mb"],
+            r["train"]["peak_uss_mb"],
+            r["train"]["peak_anonymous_mb"],
+        ]
+        for r in results
+    ]
+    print(markdown_table(headers, table))
+    if ranks is not None and "error" in ranks:
+        print(f"\ntwo processes: n/a ({ranks['error']})")
+    elif ranks is not None:
         one, two = ranks["one_process"], ranks["two_processes"]
         print(f"\n{ranks['pairs']:,} pairs, {args.steps} steps, one thread per process:\n")
-        print("| processes | wall time | peak RSS | peak PSS | peak USS | peak anonymous |")
-        print("|---|---:|---:|---:|---:|---:|")
-        print(
-            f"| one | {one['seconds']} s | {one['peak_rss_mb']:,} MB | {one['peak_pss_mb']:,} MB "
-            f"| {one['peak_uss_mb']:,} MB | {one['peak_anonymous_mb']:,} MB |"
-        )
+        fields = ("peak_rss_mb", "peak_pss_mb", "peak_uss_mb", "peak_anonymous_mb")
+        table = [["one", one["seconds"], *(one[field] for field in fields)]]
         for rank, process in enumerate(two["processes"]):
-            print(
-                f"| two: rank {rank} | | {process['peak_rss_mb']:,} MB | {process['peak_pss_mb']:,} MB "
-                f"| {process['peak_uss_mb']:,} MB | {process['peak_anonymous_mb']:,} MB |"
-            )
-        print(
-            f"| two: together | {two['seconds']} s | {two['peak_total_rss_mb']:,} MB | {two['peak_total_pss_mb']:,} MB "
-            f"| {two['peak_total_uss_mb']:,} MB | {two['peak_total_anonymous_mb']:,} MB |"
+            table.append([f"two: rank {rank}", None, *(process[field] for field in fields)])
+        table.append(
+            ["two: together", two["seconds"], *(two[field.replace("peak_", "peak_total_")] for field in fields)]
         )
+        headers = ["processes", "wall time s", "peak RSS MB", "peak PSS MB", "peak USS MB", "peak anonymous MB"]
+        print(markdown_table(headers, table))
         largest_rss = max(process["peak_rss_mb"] for process in two["processes"])
         print(
             f"\ntogether (PSS) {two['peak_total_pss_mb']:,} MB = {two['peak_total_pss_mb'] / largest_rss:.2f} x "
             f"one rank's RSS ({largest_rss:,} MB)"
         )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "sizes": results,
-                    "two_ranks": ranks,
-                    "steps": args.steps,
-                    "python": platform.python_version(),
-                    "machine": platform.machine(),
-                },
-                indent=2,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+    write_report(args.json, {"config": config, "sizes": results, "two_ranks": ranks, "steps": args.steps}, args)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ than 15 words, each pair used once. The validation split gives `long-valid.*` (f
 decoding settings), the test split `long-test.*` (for reporting). The script checks that no
 sentence of either set is a training source, so neither overlaps the training data.
 
-    python3 scripts/build_long_set.py --out benchmarks/en-zh-long
+    python3 -m tools.build_long_set --out benchmarks/en-zh-long       # from the repository root
 """
 
 from __future__ import annotations

@@ -4,13 +4,15 @@ Every system decodes the same random source ids with a randomly initialised mode
 size (no checkpoint, no hub access) and is forced to produce exactly --new-tokens tokens per
 sentence, EOS suppressed, so all do the same number of decoder steps. The CTranslate2 models are
 converted from the Transformers one, to float32 and to int8. Prints a table of median tokens/s
-and writes everything as JSON. Needs `transformers`; CTranslate2 is used where it imports.
+and writes everything as JSON (by default bench_results/decode.json). Needs `transformers`;
+CTranslate2 is used where it imports, and reported as unavailable where it does not.
 
-    python scripts/bench_decode.py                                 # both sizes, greedy and beam 5, batch 1 and 32
-    python scripts/bench_decode.py --sizes small --batch-sizes 1 --repeats 1   # a quick smoke test
-    python scripts/bench_decode.py --modes beam5 --batch-sizes 32 --json bench_results/beam.json
-    python scripts/bench_decode.py --cache-ablation                # also ours greedy without the KV cache
-    python scripts/bench_decode.py --profile                       # where ours spends beam-5 batch-32 time
+    python3 -m bench.decode                                   # both sizes, greedy and beam 5, batch 1 and 32
+    python3 -m bench.decode --sizes small --batch-sizes 1 --repeats 1   # a quicker run
+    python3 -m bench.decode --modes beam5 --batch-sizes 32 --json bench_results/beam.json
+    python3 -m bench.decode --cache-ablation                  # also ours greedy without the KV cache
+    python3 -m bench.decode --profile                         # where ours spends beam-5 batch-32 time
+    python3 -m bench.decode --smoke --json /tmp/decode.json   # seconds: checks that it runs
 """
 
 from __future__ import annotations
@@ -18,24 +20,23 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
-import statistics
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import transformers
-from bench_machine import machine_info  # scripts/ is on sys.path when a script runs
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from attn_cli.decoding.beam import beam_search
-from attn_cli.decoding.greedy import greedy_decode
+from attn_cli.decoding.greedy import greedy_search
+from attn_cli.decoding.search import SearchSettings
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from bench.toolkit import REPO, alternate, markdown_table, median, parser, ratio, write_report
 
 try:
     import ctranslate2
@@ -45,7 +46,6 @@ except ImportError as error:
     ctranslate2 = None
     CT2_MISSING = f"ctranslate2 does not import: {error}"
 
-REPO = Path(__file__).resolve().parents[1]
 VOCAB = 8000
 SIZES = {
     "small": {"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "layers": 3},
@@ -82,20 +82,16 @@ class Ours:
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
         if beam_size == 1:
-            return greedy_decode(self.model, src, use_cache=self.use_cache, exact_steps=self.new_tokens)
+            found = greedy_search(
+                self.model, src, SearchSettings(exact_steps=self.new_tokens), use_cache=self.use_cache, scored=False
+            )
+            return [hypotheses[0].tokens for hypotheses in found]
         if not self.use_cache:
             raise Unavailable("greedy only")
-        n_best = beam_search(
-            self.model,
-            src,
-            beam_size=beam_size,
-            alpha=0.0,
-            max_len_a=1.5,
-            max_len_b=10,
-            n_best=1,
-            exact_steps=self.new_tokens,
+        settings = SearchSettings(
+            beam_size=beam_size, n_best=1, alpha=0.0, max_len_a=1.5, max_len_b=10, exact_steps=self.new_tokens
         )
-        return [hypotheses[0].tokens for hypotheses in n_best]
+        return [hypotheses[0].tokens for hypotheses in beam_search(self.model, src, settings)]
 
 
 class HuggingFace:
@@ -253,42 +249,41 @@ def measure(system: System | str, src: torch.Tensor, beam_size: int, new_tokens:
 def measure_alternating(
     systems: dict[str, System | str], src: torch.Tensor, beam_size: int, new_tokens: int, repeats: int
 ) -> dict[str, dict]:
-    """Each system's verified warm-up, then `repeats` rounds that time every system once in turn,
-    so that a slow spell of the shared machine falls on all of them rather than on one."""
+    """Each system's verified warm-up, then `repeats` rounds that time every system once in turn
+    (`toolkit.alternate`), so that a slow spell of the shared machine falls on all of them rather
+    than on one. A system given as a string, or one whose warm-up raises `Unavailable`, is reported
+    with that reason. Every system has `prepare(src)` (untimed), `decode(inputs, beam_size)` and `eos`."""
     results: dict[str, dict] = {}
-    inputs, seconds = {}, {}
+    calls: dict[str, Callable[[], Outputs]] = {}
     for name, system in systems.items():
         if isinstance(system, str):
             results[name] = {"error": system}
             continue
-        inputs[name] = system.prepare(src)
+        inputs = system.prepare(src)
         try:
-            check_outputs(system.decode(inputs[name], beam_size), src.shape[0], new_tokens, system.eos)
+            check_outputs(system.decode(inputs, beam_size), src.shape[0], new_tokens, system.eos)
         except Unavailable as reason:
             results[name] = {"error": str(reason)}
             continue
-        seconds[name] = []
-    for _ in range(repeats):
-        for name in seconds:
-            start = time.perf_counter()
-            outputs = systems[name].decode(inputs[name], beam_size)
-            seconds[name].append(time.perf_counter() - start)
-            check_outputs(outputs, src.shape[0], new_tokens, systems[name].eos)
-    for name, timings in seconds.items():
-        median = statistics.median(timings)
+        calls[name] = lambda system=system, inputs=inputs: system.decode(inputs, beam_size)
+
+    def check(name: str, outputs: Outputs) -> None:
+        check_outputs(outputs, src.shape[0], new_tokens, systems[name].eos)
+
+    for name, timings in alternate(calls, repeats, warmup=False, check=check).items():
+        seconds = median(timings)
         results[name] = {
-            "median_s": median,
-            "tokens_per_s": src.shape[0] * new_tokens / median,
-            "ms_per_sentence": 1000 * median / src.shape[0],
+            "median_s": seconds,
+            "tokens_per_s": src.shape[0] * new_tokens / seconds,
+            "ms_per_sentence": 1000 * seconds / src.shape[0],
             "seconds": timings,
         }
-    return results
+    return {name: results[name] for name in systems}
 
 
-def ratio(results: dict, numerator: str, denominator: str) -> float | None:
+def speed_ratio(results: dict, numerator: str, denominator: str) -> float | None:
     """How many times the tokens/s of one system the other's is; None if either did not run."""
-    a, b = results.get(numerator, {}), results.get(denominator, {})
-    return a["tokens_per_s"] / b["tokens_per_s"] if "tokens_per_s" in a and "tokens_per_s" in b else None
+    return ratio(results.get(numerator, {}).get("tokens_per_s"), results.get(denominator, {}).get("tokens_per_s"))
 
 
 def ct2_agreement(hf: HuggingFace, ct2: System | str, src: torch.Tensor) -> float | None:
@@ -329,7 +324,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
         for name in torch_systems:
             report(size, mode, batch, name, case_results[name])
     info = {**SIZES[size], "ct2_compute_types": {}, "ct2_float32_greedy_agreement_with_hf": None}
-    with tempfile.TemporaryDirectory(prefix="bench_decode_") as workdir:
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench_decode_", dir=args.workdir) as workdir:
         save_for_conversion(marian, Path(workdir) / "hf")
         for quantization, threads in itertools.product(CT2_QUANTIZATIONS, sorted({1, args.threads})):
             name = f"ct2_{quantization}"
@@ -356,8 +352,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             "mode": mode,
             "batch": batch,
             "results": case_results,
-            "ours_over_hf": ratio(case_results, "ours", "hf"),
-            "ours_over_ct2_float32": ratio(case_results, "ours", "ct2_float32"),
+            "ours_over_hf": speed_ratio(case_results, "ours", "hf"),
+            "ours_over_ct2_float32": speed_ratio(case_results, "ours", "ct2_float32"),
         }
         for (mode, batch, _), case_results in zip(cases, results)
     ]
@@ -376,81 +372,76 @@ def describe(result: dict) -> str:
 
 
 def print_table(rows: list[dict], cache_ablation: bool) -> None:
-    columns = [
-        ("size", 5),
-        ("mode", 6),
-        ("batch", 5),
-        ("ours tok/s", 10),
-        ("ours ms/sent", 12),
-        ("HF tok/s", 9),
-        ("HF ms/sent", 10),
-        ("ours/HF", 7),
-        ("CT2-f32 tok/s", 13),
-        ("CT2-int8 tok/s", 14),
-        ("ours/CT2-f32", 12),
+    """The table of every case (empty cells: n/a, with the reasons listed below it)."""
+    headers = [
+        "size",
+        "mode",
+        "batch",
+        "ours tok/s",
+        "ours ms/sent",
+        "HF tok/s",
+        "HF ms/sent",
+        "ours/HF",
+        "CT2-f32 tok/s",
+        "CT2-int8 tok/s",
+        "ours/CT2-f32",
     ]
     if cache_ablation:
-        columns.append(("uncached tok/s", 14))
-    print("  ".join(f"{title:>{width}}" for title, width in columns))
-    notes = {}
+        headers.append("uncached tok/s")
+    notes: dict[str, list[str]] = {}
+    cells = []
     for row in rows:
         results = row["results"]
         for name, result in results.items():
             if "error" in result:
                 notes.setdefault(f"{name}: {result['error']}", []).append(f"{row['size']} {row['mode']} {row['batch']}")
-        cells = [
+        line = [
             row["size"],
             row["mode"],
             row["batch"],
             number(results["ours"], "tokens_per_s"),
-            number(results["ours"], "ms_per_sentence", ".1f"),
+            number(results["ours"], "ms_per_sentence", 1),
             number(results["hf"], "tokens_per_s"),
-            number(results["hf"], "ms_per_sentence", ".1f"),
-            times(row["ours_over_hf"]),
+            number(results["hf"], "ms_per_sentence", 1),
+            rounded(row["ours_over_hf"]),
             number(results["ct2_float32"], "tokens_per_s"),
             number(results["ct2_int8"], "tokens_per_s"),
-            times(row["ours_over_ct2_float32"]),
+            rounded(row["ours_over_ct2_float32"]),
         ]
         if cache_ablation:
-            cells.append(number(results["ours_uncached"], "tokens_per_s"))
-        print("  ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns)))
+            line.append(number(results["ours_uncached"], "tokens_per_s"))
+        cells.append(line)
+    print(markdown_table(headers, cells))
     for note, cases in notes.items():
         print(f"n/a {note} ({', '.join(cases)})")
 
 
-def number(result: dict, key: str, spec: str = ",.0f") -> str:
-    return format(result[key], spec) if key in result else "n/a"
+def number(result: dict, key: str, digits: int = 0) -> float | int | None:
+    return rounded(result.get(key), digits)
 
 
-def times(value: float | None) -> str:
-    return f"{value:.2f}x" if value is not None else "n/a"
+def rounded(value: float | None, digits: int = 2) -> float | int | None:
+    if value is None:
+        return None
+    return round(value) if digits == 0 else round(value, digits)
 
 
-def write_json(path: str, args: argparse.Namespace, rows: list[dict], sizes: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(
-        json.dumps(
-            {
-                "benchmark": "decoding speed: ours vs Transformers MarianMTModel vs CTranslate2, forced output length",
-                "machine": machine_info(),
-                "versions": {
-                    "torch": torch.__version__,
-                    "transformers": transformers.__version__,
-                    "ctranslate2": ctranslate2.__version__ if ctranslate2 else None,
-                },
-                "threads": args.threads,
-                "repeats": args.repeats,
-                "new_tokens": args.new_tokens,
-                "source_length": args.source_length,
-                "vocab_size": VOCAB,
-                "sizes": sizes,
-                "results": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {path}")
+def report_of(args: argparse.Namespace, rows: list[dict], sizes: dict) -> dict:
+    return {
+        "benchmark": "decoding speed: ours vs Transformers MarianMTModel vs CTranslate2, forced output length",
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "ctranslate2": ctranslate2.__version__ if ctranslate2 else None,
+        },
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "new_tokens": args.new_tokens,
+        "source_length": args.source_length,
+        "vocab_size": VOCAB,
+        "sizes": sizes,
+        "results": rows,
+    }
 
 
 # --- profiling
@@ -468,22 +459,34 @@ def profile(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--modes", nargs="+", choices=list(BEAM_SIZES), default=list(BEAM_SIZES))
-    parser.add_argument("--new-tokens", type=int, default=32, help="output tokens per sentence, EOS suppressed")
-    parser.add_argument("--source-length", type=int, default=20, help="source tokens per sentence, EOS included")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up; the median counts")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads; CTranslate2 runs with 1 and with these")
-    parser.add_argument("--json", default=str(REPO / "bench_results" / "decode.json"))
-    parser.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
-    parser.add_argument(
+    arguments = parser(__doc__, "the small size, batch 1, 4 new tokens from 8-token sources, one timed run, one thread")
+    arguments.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    arguments.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    arguments.add_argument("--modes", nargs="+", choices=list(BEAM_SIZES), default=list(BEAM_SIZES))
+    arguments.add_argument("--new-tokens", type=int, default=32, help="output tokens per sentence, EOS suppressed")
+    arguments.add_argument("--source-length", type=int, default=20, help="source tokens per sentence, EOS included")
+    arguments.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up; the median counts")
+    arguments.add_argument(
+        "--threads", type=int, default=2, help="torch threads; CTranslate2 runs with 1 and with these"
+    )
+    arguments.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
+    arguments.add_argument(
         "--profile",
         action="store_true",
         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time",
     )
-    args = parser.parse_args()
+    arguments.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "attn-bench",
+        help="where the CTranslate2 conversions are written (each in a temporary directory, removed after)",
+    )
+    args = arguments.parse_args()
+    if args.json is None and not args.smoke:
+        args.json = REPO / "bench_results" / "decode.json"
+    if args.smoke:
+        args.sizes, args.batch_sizes, args.new_tokens, args.source_length = ["small"], [1], 4, 8
+        args.repeats, args.threads = 1, 1
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
@@ -505,7 +508,7 @@ def main() -> None:
         if share is not None:
             print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
     print_table(rows, args.cache_ablation)
-    write_json(args.json, args, rows, sizes)
+    write_report(args.json, report_of(args, rows, sizes), args)
 
 
 if __name__ == "__main__":
