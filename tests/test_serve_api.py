@@ -288,3 +288,36 @@ def test_a_sentence_longer_than_the_model_takes_is_split(served):
     answer = client.post("/v1/translate", json={"q": long_line}).json()["translations"][0]["sentences"][0]
     assert answer["translation"] == expected.text
     assert answer["notes"] == [{"kind": note.kind, "message": note.message} for note in expected.notes]
+
+
+def test_v1_sentences_are_the_lines_attn_translate_writes(served, served_checkpoint, tmp_path):
+    """Served = the command line: each /v1 sentence is, field for field, the JSONL line that
+    `attn translate --format jsonl` writes for the same source, prefix, glossary and options."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+
+    _, client = served
+    prefixes = ["", "句子", "", "句"]
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"source": s, "prefix": p}, ensure_ascii=False) + "\n" for s, p in zip(SENTENCES, prefixes)),
+        encoding="utf-8",
+    )
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("number\t号\t句子\n", encoding="utf-8")
+    options = ["--beam", "3", "--n-best", "2", "--length-penalty", "1.0", "--device", "cpu"]
+    result = CliRunner().invoke(
+        app,
+        ["translate", "--checkpoint", str(served_checkpoint), "--input", str(inputs), "--input-format", "jsonl"]
+        + ["--format", "jsonl", "--glossary", str(glossary), *options],
+    )
+    assert result.exit_code == 0, result.output
+    written = [json.loads(line) for line in result.stdout.splitlines()]
+    body = {"q": "\n".join(SENTENCES), "prefix": prefixes, "glossary": [["number", "号", "句子"]]}
+    answer = client.post("/v1/translate", json={**body, "beam_size": 3, "n_best": 2, "length_penalty": 1.0})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["translations"][0]["sentences"] == written
+    assert any(line.get("terms") for line in written) and any(line.get("prefix") for line in written)
