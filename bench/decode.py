@@ -29,14 +29,14 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
-from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+from transformers import MarianMTModel, PreTrainedTokenizerFast
 
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
 from attn_cli.decoding.search import SearchSettings
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from bench.toolkit import REPO, alternate, markdown_table, median, parser, ratio, write_report
+from bench.toolkit import REPO, alternate, attn_model, marian_like, markdown_table, median, parser, ratio, write_report
 
 try:
     import ctranslate2
@@ -89,7 +89,7 @@ class Ours:
         if not self.use_cache:
             raise Unavailable("greedy only")
         settings = SearchSettings(
-            beam_size=beam_size, n_best=1, alpha=0.0, max_len_a=1.5, max_len_b=10, exact_steps=self.new_tokens
+            beam_size=beam_size, n_best=1, length_penalty=0.0, max_len_a=1.5, max_len_b=10, exact_steps=self.new_tokens
         )
         return [hypotheses[0].tokens for hypotheses in beam_search(self.model, src, settings)]
 
@@ -152,45 +152,11 @@ System = Ours | HuggingFace | CTranslate2
 
 
 def build_ours(size: str) -> Transformer:
-    dims = SIZES[size]
-    torch.manual_seed(0)
-    return Transformer(
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-        d_model=dims["d_model"],
-        num_heads=dims["num_heads"],
-        ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"],
-        decoder_layers=dims["layers"],
-        dropout=0.0,
-    ).eval()
+    return attn_model(SIZES[size], VOCAB, dropout=0.0).eval()
 
 
 def build_marian(size: str) -> MarianMTModel:
-    dims = SIZES[size]
-    config = MarianConfig(
-        vocab_size=VOCAB,
-        decoder_vocab_size=VOCAB,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        d_model=dims["d_model"],
-        encoder_attention_heads=dims["num_heads"],
-        decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["ffn_dim"],
-        decoder_ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"],
-        decoder_layers=dims["layers"],
-        max_position_embeddings=256,
-        activation_function="relu",
-        scale_embedding=True,
-        dropout=0.0,  # as ours (Marian's defaults: GELU, no scaling)
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None,  # Marian's default, 0, would force our padding id as the last token
-    )
-    torch.manual_seed(0)
-    model = MarianMTModel(config).eval()
+    model = marian_like(SIZES[size], VOCAB, dropout=0.0).eval()
     # CTranslate2 starts a Marian decoder from a zero embedding whatever the start token; with a
     # zero start-token row Transformers computes the same, so their outputs can be compared.
     with torch.no_grad():

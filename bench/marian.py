@@ -141,7 +141,7 @@ class Attn:
             found = greedy_search(self.model, src, SearchSettings(exact_steps=self.new_tokens), scored=False)
         else:
             settings = SearchSettings(
-                beam_size=beam_size, alpha=0.0, max_len_a=1.5, max_len_b=10, exact_steps=self.new_tokens
+                beam_size=beam_size, length_penalty=0.0, max_len_a=1.5, max_len_b=10, exact_steps=self.new_tokens
             )
             found = beam_search(self.model, src, settings)
         return [hypotheses[0].tokens for hypotheses in found]

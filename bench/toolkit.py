@@ -125,6 +125,54 @@ def alternate(
     return seconds
 
 
+def attn_model(dims: Mapping[str, int], vocab: int, dropout: float):
+    """attn's Transformer of `dims`' d_model, num_heads, ffn_dim and layers, one vocabulary shared,
+    seeded with 0: what the speed benchmarks time against its peer (`marian_like`)."""
+    import torch
+
+    from attn_cli.model import Transformer
+
+    torch.manual_seed(0)
+    layers = dims["layers"]  # as many in the encoder as in the decoder
+    return Transformer(vocab, vocab, dims["d_model"], dims["num_heads"], dims["ffn_dim"], layers, layers, dropout)
+
+
+def marian_like(dims: Mapping[str, int], vocab: int, dropout: float):
+    """A Transformers `MarianMTModel` of attn's shape, the peer of the speed benchmarks: `dims`'
+    d_model, num_heads, ffn_dim and layers, ReLU, scaled, tied and shared embeddings, attn's special
+    ids, dropout on sublayer outputs and embeddings only; post-LN, as Marian is. Seeded with 0."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
+
+    config = MarianConfig(
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        d_model=dims["d_model"],
+        encoder_attention_heads=dims["num_heads"],
+        decoder_attention_heads=dims["num_heads"],
+        encoder_ffn_dim=dims["ffn_dim"],
+        decoder_ffn_dim=dims["ffn_dim"],
+        encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"],
+        max_position_embeddings=256,
+        activation_function="relu",  # as attn (Marian's defaults: GELU, no scaling)
+        scale_embedding=True,
+        dropout=dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,  # Marian's default, 0, would force attn's padding id as the last token
+    )
+    torch.manual_seed(0)
+    return MarianMTModel(config)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

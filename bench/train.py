@@ -60,7 +60,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
 
 from attn_cli.config import load_config
 from attn_cli.data.batching import Example, filter_by_length, token_batches
@@ -71,8 +71,18 @@ from attn_cli.training.loss import label_smoothed_loss, projected_label_smoothed
 from attn_cli.training.precision import Precision
 from attn_cli.training.setup import inverse_sqrt_schedule
 from attn_cli.training.step import TrainingObjective, TrainingStep, adamw
-from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
-from bench.toolkit import REPO, alternate, markdown_table, median, parser, tiny_run, write_report
+from attn_cli.vocab import EOS_ID, PAD_ID
+from bench.toolkit import (
+    REPO,
+    alternate,
+    attn_model,
+    marian_like,
+    markdown_table,
+    median,
+    parser,
+    tiny_run,
+    write_report,
+)
 
 VOCAB = 8000
 SIZES = {
@@ -91,47 +101,12 @@ BETAS, WEIGHT_DECAY = (0.9, 0.999), 0.01
 
 
 def build_ours(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(
-        src_vocab_size=vocab,
-        tgt_vocab_size=vocab,
-        d_model=dims["d_model"],
-        num_heads=dims["num_heads"],
-        ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"],
-        decoder_layers=dims["layers"],
-        dropout=dropout,
-    ).train()
+    return attn_model(dims, vocab, dropout).train()
 
 
 def build_marian(dims: dict, dropout: float = DROPOUT, vocab: int = VOCAB) -> MarianMTModel:
-    """A MarianMTModel set up like ours: ReLU, scaled embeddings, tied and shared embeddings, our
-    special ids, dropout on sublayer outputs and embeddings only. It stays post-LN (ours is pre-LN)."""
-    config = MarianConfig(
-        vocab_size=vocab,
-        decoder_vocab_size=vocab,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        d_model=dims["d_model"],
-        encoder_attention_heads=dims["num_heads"],
-        decoder_attention_heads=dims["num_heads"],
-        encoder_ffn_dim=dims["ffn_dim"],
-        decoder_ffn_dim=dims["ffn_dim"],
-        encoder_layers=dims["layers"],
-        decoder_layers=dims["layers"],
-        max_position_embeddings=256,
-        activation_function="relu",
-        scale_embedding=True,
-        dropout=dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None,  # Marian's default, 0, is our padding id
-    )
-    torch.manual_seed(0)
-    return MarianMTModel(config).train()
+    """The peer of attn's size (`toolkit.marian_like`), in training mode. It stays post-LN (ours is pre-LN)."""
+    return marian_like(dims, vocab, dropout).train()
 
 
 def marian_loss(model: MarianMTModel, batch) -> torch.Tensor:

@@ -25,7 +25,7 @@ def test_batched_beam_search_equals_the_reference_search(seed, beam_size, alpha)
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     batched = beam_search(
-        model, src, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, max_len_a=1.0, max_len_b=5)
+        model, src, SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, max_len_a=1.0, max_len_b=5)
     )
     for row in range(src.shape[0]):
         reference = reference_beam_search(model, unpadded(src, row), beam_size, alpha, 1.0, 5, beam_size)
@@ -38,7 +38,7 @@ def test_beam_search_over_the_cache_equals_the_reference_search_with_relative_po
     """Each cached step's bias or rotation is that of its own position, and beams reordering keep it so."""
     model = lively_model(0, positions=positions)
     src = random_source(3, 8, lengths=[8, 3, 6])
-    batched = beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, max_len_a=1.0, max_len_b=5))
+    batched = beam_search(model, src, SearchSettings(3, n_best=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5))
     for row in range(src.shape[0]):
         _assert_same_hypotheses(batched[row], reference_beam_search(model, unpadded(src, row), 3, 0.6, 1.0, 5, 3))
 
@@ -47,7 +47,7 @@ def test_beam_search_over_the_cache_equals_the_reference_search_with_relative_po
 def test_beam_of_one_is_greedy_decoding(seed):
     model = lively_model(seed)
     src = random_source(5, 9, lengths=[9, 2, 5, 7, 4])
-    beam = beam_search(model, src, SearchSettings(beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=6))
+    beam = beam_search(model, src, SearchSettings(beam_size=1, length_penalty=0.0, max_len_a=1.0, max_len_b=6))
     greedy = greedy_search(model, src, SearchSettings(max_len_a=1.0, max_len_b=6))
     for beam_hypotheses, greedy_hypotheses in zip(beam, greedy):
         assert beam_hypotheses[0].tokens == greedy_hypotheses[0].tokens
@@ -58,8 +58,8 @@ def test_a_wider_beam_never_scores_worse_than_greedy_on_these_models():
     for seed in range(4):
         model = lively_model(seed)
         src = random_source(4, 7, lengths=[7, 3, 5, 6])
-        greedy = greedy_search(model, src, SearchSettings(alpha=0.0))
-        wide = beam_search(model, src, SearchSettings(beam_size=6, alpha=0.0))
+        greedy = greedy_search(model, src, SearchSettings(length_penalty=0.0))
+        wide = beam_search(model, src, SearchSettings(beam_size=6, length_penalty=0.0))
         for g, b in zip(greedy, wide):
             assert b[0].score >= g[0].score - 1e-5
 
@@ -69,9 +69,9 @@ def test_sentences_leaving_the_batch_change_no_result():
     model = lively_model(1)
     sources = [torch.randint(4, 50, (n,)).tolist() + [3] for n in (9, 1, 4, 12, 2)]
     batch = collate([Example(i, s[:-1], []) for i, s in enumerate(sources)]).src
-    together = beam_search(model, batch, SearchSettings(beam_size=3, n_best=3, alpha=0.6))
+    together = beam_search(model, batch, SearchSettings(beam_size=3, n_best=3, length_penalty=0.6))
     for row, source in enumerate(sources):
-        alone = beam_search(model, torch.tensor([source]), SearchSettings(beam_size=3, n_best=3, alpha=0.6))
+        alone = beam_search(model, torch.tensor([source]), SearchSettings(beam_size=3, n_best=3, length_penalty=0.6))
         _assert_same_hypotheses(together[row], alone[0])
     lengths = [len(hypotheses[0].tokens) for hypotheses in together]
     assert min(lengths) < max(lengths)
@@ -79,7 +79,7 @@ def test_sentences_leaving_the_batch_change_no_result():
 
 def test_n_best_lists_are_sorted_and_distinct():
     model = lively_model(2)
-    results = beam_search(model, random_source(3, 6), SearchSettings(beam_size=4, n_best=4, alpha=0.6))
+    results = beam_search(model, random_source(3, 6), SearchSettings(beam_size=4, n_best=4, length_penalty=0.6))
     for hypotheses in results:
         assert len(hypotheses) == 4
         scores = [h.score for h in hypotheses]
@@ -94,13 +94,15 @@ def test_cross_attention_is_projected_once_per_source_not_per_beam():
         layer.cross_attention.kv_proj.register_forward_hook(
             lambda _m, inputs, _o: rows_projected.append(inputs[0].shape[0])
         )
-    beam_search(model, random_source(3, 6), SearchSettings(beam_size=5, alpha=0.6, exact_steps=7))
+    beam_search(model, random_source(3, 6), SearchSettings(beam_size=5, length_penalty=0.6, exact_steps=7))
     assert rows_projected == [3] * len(model.decoder_layers)
 
 
 def test_forced_length_beam_search_gives_that_many_tokens():
     model = lively_model(0)
-    results = beam_search(model, random_source(2, 5), SearchSettings(beam_size=3, n_best=3, alpha=0.6, exact_steps=11))
+    results = beam_search(
+        model, random_source(2, 5), SearchSettings(beam_size=3, n_best=3, length_penalty=0.6, exact_steps=11)
+    )
     assert all(len(h.tokens) == 11 for hypotheses in results for h in hypotheses)
 
 

@@ -36,7 +36,7 @@ def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
     batched = constrained_beam_search(
-        model, src, TERMS, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT)
+        model, src, TERMS, SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, **SHORT)
     )
     for row in range(src.shape[0]):
         reference = reference_constrained_search(
@@ -49,8 +49,8 @@ def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha):
 def test_every_output_holds_every_term_of_its_sentence(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    plain = beam_search(model, src, SearchSettings(4, n_best=4, alpha=0.6, **SHORT))
-    constrained = constrained_beam_search(model, src, TERMS, SearchSettings(4, n_best=4, alpha=0.6, **SHORT))
+    plain = beam_search(model, src, SearchSettings(4, n_best=4, length_penalty=0.6, **SHORT))
+    constrained = constrained_beam_search(model, src, TERMS, SearchSettings(4, n_best=4, length_penalty=0.6, **SHORT))
     for terms, unconstrained, outputs in zip(TERMS, plain, constrained):
         assert len(outputs) == 4
         assert all(_meets(h.tokens, terms) for h in outputs)
@@ -62,13 +62,13 @@ def test_every_output_holds_every_term_of_its_sentence(seed):
 def test_without_terms_the_search_is_the_plain_beam_search(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    plain = beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
+    plain = beam_search(model, src, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT))
     for constrained, unconstrained in zip(
-        constrained_beam_search(model, src, [[]] * 4, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)), plain
+        constrained_beam_search(model, src, [[]] * 4, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT)), plain
     ):
         _same(constrained, unconstrained)
     # A sentence without terms beside sentences with them is searched as if alone.
-    mixed = constrained_beam_search(model, src, TERMS, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
+    mixed = constrained_beam_search(model, src, TERMS, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT))
     _same(mixed[3], plain[3])
 
 
@@ -76,12 +76,14 @@ def test_any_one_alternative_meets_a_term():
     model = lively_model(1)
     src = random_source(3, 6, lengths=[6, 6, 6])
     alternatives = ((30, 31), (40,))
-    both = constrained_beam_search(model, src, [[alternatives]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT))
+    both = constrained_beam_search(
+        model, src, [[alternatives]] * 3, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT)
+    )
     first = constrained_beam_search(
-        model, src, [[alternatives[:1]]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)
+        model, src, [[alternatives[:1]]] * 3, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT)
     )
     second = constrained_beam_search(
-        model, src, [[alternatives[1:]]] * 3, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)
+        model, src, [[alternatives[1:]]] * 3, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT)
     )
     for outputs, only_first, only_second in zip(both, first, second):
         assert all(_holds(h.tokens, alternatives[0]) or _holds(h.tokens, alternatives[1]) for h in outputs)
@@ -95,13 +97,18 @@ def test_a_prefix_counts_toward_the_terms():
     prefix = random_source(2, 2)[:, :1].clone()
     prefix[:] = 11
     terms = [[((11,),)], [((11,),), ((7, 8),)]]
-    found = constrained_beam_search(model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=prefix)
+    found = constrained_beam_search(
+        model, src, terms, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT), prefix=prefix
+    )
     for row, outputs in enumerate(found):
         reference = reference_constrained_search(model, unpadded(src, row), terms[row], 3, 0.6, 1.0, 6, 3, (11,))
         _same(outputs, reference)
         assert all(h.tokens[0] == 11 and _meets(h.tokens, terms[row]) for h in outputs)
     # The first sentence's one term is met by the prefix: its search is the plain one.
-    _same(found[0], beam_search(model, src[:1], SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=prefix[:1])[0])
+    _same(
+        found[0],
+        beam_search(model, src[:1], SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT), prefix=prefix[:1])[0],
+    )
 
 
 def test_terms_that_cannot_fit_leave_the_sentence_unconstrained():
@@ -109,9 +116,9 @@ def test_terms_that_cannot_fit_leave_the_sentence_unconstrained():
     src = random_source(1, 3, lengths=[3])  # a limit of 2 * 1.0 + 1 = 3 tokens
     too_long = [[((5, 6, 7, 8),)]]
     found = constrained_beam_search(
-        model, src, too_long, SearchSettings(3, n_best=1, alpha=0.6, max_len_a=1.0, max_len_b=1)
+        model, src, too_long, SearchSettings(3, n_best=1, length_penalty=0.6, max_len_a=1.0, max_len_b=1)
     )
-    plain = beam_search(model, src, SearchSettings(3, n_best=1, alpha=0.6, max_len_a=1.0, max_len_b=1))
+    plain = beam_search(model, src, SearchSettings(3, n_best=1, length_penalty=0.6, max_len_a=1.0, max_len_b=1))
     _same(found[0], plain[0])
 
 
@@ -132,12 +139,14 @@ def test_two_terms_begun_by_one_token_need_room_for_both():
     prefix = src.new_full((1, 1), 5)
     terms = [[((5, 6),), ((5, 7),)]]
     limits = dict(max_len_a=1.0, max_len_b=2)
-    found = constrained_beam_search(model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, **limits), prefix=prefix)
+    found = constrained_beam_search(
+        model, src, terms, SearchSettings(3, n_best=3, length_penalty=0.6, **limits), prefix=prefix
+    )
     assert found[0] and all(_meets(h.tokens, terms[0]) for h in found[0])
     _same(found[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 2, 3, (5,)))
     # One token less: both cannot fit, and the longer-or-later one is left out; the other is met.
     tight = constrained_beam_search(
-        model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, max_len_a=1.0, max_len_b=1), prefix=prefix
+        model, src, terms, SearchSettings(3, n_best=3, length_penalty=0.6, max_len_a=1.0, max_len_b=1), prefix=prefix
     )
     assert tight[0] and all(_holds(h.tokens, (5, 6)) for h in tight[0])
     _same(tight[0], reference_constrained_search(model, unpadded(src, 0), terms[0], 3, 0.6, 1.0, 1, 3, (5,)))
@@ -149,7 +158,7 @@ def test_no_word_continuation_follows_a_term(seed):
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
     continuations = frozenset(range(25, 50))  # as if these pieces glued onto the word before them
     found = constrained_beam_search(
-        model, src, TERMS, SearchSettings(4, n_best=4, alpha=0.6, **SHORT), word_continuations=continuations
+        model, src, TERMS, SearchSettings(4, n_best=4, length_penalty=0.6, **SHORT), word_continuations=continuations
     )
     for row, outputs in enumerate(found):
         reference = reference_constrained_search(

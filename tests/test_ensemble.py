@@ -21,8 +21,8 @@ SHORT = dict(max_len_a=1.0, max_len_b=6)
 def _searches(model, src):
     """Greedy and beam search results of `model` (a model or an ensemble) as comparable tuples."""
     return {
-        "greedy": greedy_search(model, src, SearchSettings(alpha=0.6, **SHORT)),
-        "beam": beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT)),
+        "greedy": greedy_search(model, src, SearchSettings(length_penalty=0.6, **SHORT)),
+        "beam": beam_search(model, src, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT)),
     }
 
 
@@ -82,7 +82,7 @@ def test_ensemble_beam_search_equals_the_reference_search(prefix, beam_size, alp
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     forced = torch.tensor([list(prefix)] * 4, dtype=torch.long)
     batched = beam_search(
-        ensemble, src, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT), prefix=forced
+        ensemble, src, SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, **SHORT), prefix=forced
     )
     for row in range(src.shape[0]):
         reference = reference_beam_search(ensemble, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, prefix)

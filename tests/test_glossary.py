@@ -217,7 +217,7 @@ def test_the_constrained_search_of_a_trained_model_equals_the_reference_search(t
     for row, ids in enumerate(rows):
         src[row, : len(ids)] = torch.tensor(ids)
     batched = constrained_beam_search(
-        model, src, terms, SearchSettings(3, n_best=3, alpha=0.6, max_len_a=1.2, max_len_b=5)
+        model, src, terms, SearchSettings(3, n_best=3, length_penalty=0.6, max_len_a=1.2, max_len_b=5)
     )
     for row, ids in enumerate(rows):
         reference = reference_constrained_search(model, torch.tensor(ids), terms[row], 3, 0.6, 1.2, 5, 3)

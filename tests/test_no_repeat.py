@@ -35,9 +35,9 @@ def test_no_output_repeats_an_n_gram_and_outputs_without_repeats_are_unchanged(n
             free = greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8))
             banned = greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8, no_repeat_ngram=n))
         else:
-            free = beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8))
+            free = beam_search(model, src, SearchSettings(beam, length_penalty=0.6, max_len_a=1.5, max_len_b=8))
             banned = beam_search(
-                model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8, no_repeat_ngram=n)
+                model, src, SearchSettings(beam, length_penalty=0.6, max_len_a=1.5, max_len_b=8, no_repeat_ngram=n)
             )
         for unconstrained, constrained in zip(free, banned):
             assert not repeats(constrained[0].tokens, n)

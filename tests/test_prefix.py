@@ -38,7 +38,9 @@ def test_every_output_begins_with_the_prefix(search):
     if search == "greedy":
         results = greedy_search(model, src, SearchSettings(**SHORT), prefix=_prefix(3, prefix))
     else:
-        results = beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **SHORT), prefix=_prefix(3, prefix))
+        results = beam_search(
+            model, src, SearchSettings(3, n_best=3, length_penalty=0.6, **SHORT), prefix=_prefix(3, prefix)
+        )
     unconstrained = greedy_search(model, src, SearchSettings(**SHORT))
     assert all(hypotheses[0].tokens[:3] != prefix for hypotheses in unconstrained)  # the prefix changes something
     for hypotheses in results:
@@ -79,7 +81,10 @@ def test_beam_search_from_a_prefix_equals_the_reference_search(seed, beam_size, 
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     prefix = [11, 23]
     batched = beam_search(
-        model, src, SearchSettings(beam_size, n_best=beam_size, alpha=alpha, **SHORT), prefix=_prefix(4, prefix)
+        model,
+        src,
+        SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, **SHORT),
+        prefix=_prefix(4, prefix),
     )
     for row in range(src.shape[0]):
         reference = reference_beam_search(model, unpadded(src, row), beam_size, alpha, 1.0, 6, beam_size, tuple(prefix))
@@ -94,8 +99,8 @@ def test_a_beam_of_one_from_a_prefix_is_greedy_decoding_from_it(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 3, 6, 5])
     prefix = _prefix(4, [9, 30, 12])
-    beam = beam_search(model, src, SearchSettings(1, alpha=0.6, **SHORT), prefix=prefix)
-    greedy = greedy_search(model, src, SearchSettings(alpha=0.6, **SHORT), prefix=prefix)
+    beam = beam_search(model, src, SearchSettings(1, length_penalty=0.6, **SHORT), prefix=prefix)
+    greedy = greedy_search(model, src, SearchSettings(length_penalty=0.6, **SHORT), prefix=prefix)
     for (b,), (g,) in zip(beam, greedy):
         assert b.tokens == g.tokens
         assert b.log_prob == pytest.approx(g.log_prob, abs=1e-4) and b.score == pytest.approx(g.score, abs=1e-4)
@@ -140,7 +145,7 @@ def test_the_search_primes_the_cache_in_one_decoder_call(search, monkeypatch):
     if search == "greedy":
         greedy_search(model, src, SearchSettings(**SHORT), prefix=prefix)
     else:
-        beam_search(model, src, SearchSettings(3, alpha=0.6, **SHORT), prefix=prefix)
+        beam_search(model, src, SearchSettings(3, length_penalty=0.6, **SHORT), prefix=prefix)
     assert widths[0] == 5 and len(widths) > 1 and set(widths[1:]) == {1}  # BOS + 4 prefix tokens, then one at a time
 
 
@@ -153,7 +158,7 @@ def test_the_length_limit_counts_the_prefix(search):
         prefix = _prefix(3, prefix)
         if search == "greedy":
             return greedy_search(model, src, SearchSettings(**limits), prefix=prefix)
-        return beam_search(model, src, SearchSettings(3, n_best=3, alpha=0.6, **limits), prefix=prefix)
+        return beam_search(model, src, SearchSettings(3, n_best=3, length_penalty=0.6, **limits), prefix=prefix)
 
     outputs = [h.tokens for hypotheses in decode([7, 8, 9], max_len_a=0.0, max_len_b=5) for h in hypotheses]
     assert all(len(tokens) <= 5 for tokens in outputs) and any(len(tokens) == 5 for tokens in outputs)

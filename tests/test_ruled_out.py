@@ -39,7 +39,7 @@ def searches(model, src):
         "sampling": greedy_search(
             model, src, SearchSettings(n_best=2, max_len_b=8, constraints=rule), choose=sampler(generator=generator)
         ),
-        "beam": beam_search(model, src, SearchSettings(3, n_best=1, alpha=0.6, max_len_b=8, constraints=rule)),
+        "beam": beam_search(model, src, SearchSettings(3, n_best=1, length_penalty=0.6, max_len_b=8, constraints=rule)),
     }
 
 

@@ -77,7 +77,9 @@ def test_no_output_stutters_and_outputs_without_stutter_are_unchanged(beam):
             (lambda **kw: greedy_search(model, src, SearchSettings(max_len_a=1.5, max_len_b=8, **kw)))
             if beam == 1
             else (
-                lambda **kw: beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.5, max_len_b=8, **kw))
+                lambda **kw: beam_search(
+                    model, src, SearchSettings(beam, length_penalty=0.6, max_len_a=1.5, max_len_b=8, **kw)
+                )
             )
         )
         for unconstrained, constrained in zip(search(), search(constraints=(CONSTRAINT,))):

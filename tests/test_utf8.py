@@ -99,7 +99,9 @@ def test_a_model_drawn_to_bytes_writes_valid_utf8_only_under_the_constraint(beam
             (lambda **kw: greedy_search(model, src, SearchSettings(max_len_a=1.0, max_len_b=6, **kw)))
             if beam == 1
             else (
-                lambda **kw: beam_search(model, src, SearchSettings(beam, alpha=0.6, max_len_a=1.0, max_len_b=6, **kw))
+                lambda **kw: beam_search(
+                    model, src, SearchSettings(beam, length_penalty=0.6, max_len_a=1.0, max_len_b=6, **kw)
+                )
             )
         )
         free, valid = search(), search(constraints=(CONSTRAINT,))

@@ -1,6 +1,7 @@
 """A wheel of attn works without the repository: it carries the built-in configs and the corpus."""
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -42,9 +43,14 @@ def see_packages_of_this_python(venv: Path) -> None:
 
 def test_a_wheel_trains_translates_and_evaluates_in_an_empty_directory(tmp_path):
     wheels = tmp_path / "wheels"
+    # Built from a copy without the checkout's build/ folder: setuptools adds to what an earlier
+    # build left there and never removes a module that is gone, which a wheel would then carry.
+    source = tmp_path / "source"
+    leftovers = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "runs", "bench_results", "__pycache__")
+    shutil.copytree(REPO, source, ignore=leftovers)
     # --no-build-isolation: build with the setuptools at hand instead of fetching one.
     run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", wheels, REPO],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", wheels, source],
         tmp_path,
     )
     (wheel,) = wheels.glob("attn_cli-*.whl")

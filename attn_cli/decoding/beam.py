@@ -39,14 +39,14 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """The `settings.n_best` best hypotheses of each source sentence in the batch (B, S), best first.
 
-    `model` is one model or an `Ensemble`. `settings.alpha` is the length penalty exponent (0 ranks
+    `model` is one model or an `Ensemble`. `settings.length_penalty` is the length penalty exponent (0 ranks
     by log-probability alone). `prefix` (B, P), the same length P for every row, is forced: every
     hypothesis begins with it.
     """
     check_n_best(settings)
     ensemble = Ensemble.of(model)
     prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
-    search = BeamState(ensemble, src, settings.beam_size, settings.alpha, limits, prefix)
+    search = BeamState(ensemble, src, settings.beam_size, settings.length_penalty, limits, prefix)
     return run_beam(search, ensemble, settings)
 
 

@@ -138,7 +138,7 @@ def constrained_beam_search(
     ensemble = Ensemble.of(model)
     prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
     search = BankedBeamState(
-        ensemble, src, settings.beam_size, settings.alpha, limits, prefix, terms, word_continuations
+        ensemble, src, settings.beam_size, settings.length_penalty, limits, prefix, terms, word_continuations
     )
     return run_beam(search, ensemble, settings)
 

@@ -95,12 +95,14 @@ def greedy_search(
             state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
             ended = next_tokens == EOS_ID
             if ended.any():
-                kept = state.finish(ended, settings.alpha)
+                kept = state.finish(ended, settings.length_penalty)
                 if not kept.numel():
                     break
                 if cache is not None:
                     cache.select(kept, source_rows=kept)
-        state.finish(torch.ones_like(state.alive, dtype=torch.bool), settings.alpha)  # exact_steps: whatever is left
+        state.finish(
+            torch.ones_like(state.alive, dtype=torch.bool), settings.length_penalty
+        )  # exact_steps: whatever is left
         return [state.results[b * samples : (b + 1) * samples] for b in range(src.shape[0])]
 
 

@@ -42,7 +42,7 @@ class SearchSettings:
 
     beam_size: int = 1
     n_best: int = 1  # outputs per source, best first; with sampling, the samples drawn
-    alpha: float = 0.0  # GNMT length penalty exponent; 0 ranks by log-probability alone
+    length_penalty: float = 0.0  # GNMT's exponent alpha; 0 ranks by log-probability alone
     max_len_a: float = 1.5  # an output may have a * source length + b tokens
     max_len_b: int = 10
     no_repeat_ngram: int = 0  # > 0: no token n-gram of this size twice in an output
@@ -52,15 +52,8 @@ class SearchSettings:
     @classmethod
     def of(cls, options: DecodeConfig, constraints: Sequence[OutputConstraint] = ()) -> SearchSettings:
         """The settings a config's `decode` section (or a command's options) asks for."""
-        return cls(
-            beam_size=options.beam_size,
-            n_best=options.n_best,
-            alpha=options.length_penalty,
-            max_len_a=options.max_len_a,
-            max_len_b=options.max_len_b,
-            no_repeat_ngram=options.no_repeat_ngram,
-            constraints=tuple(constraints),
-        )
+        shared = ("beam_size", "n_best", "length_penalty", "max_len_a", "max_len_b", "no_repeat_ngram")
+        return cls(**{name: getattr(options, name) for name in shared}, constraints=tuple(constraints))
 
     @property
     def rules(self) -> tuple[OutputConstraint, ...]:

@@ -75,22 +75,35 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
+@dataclass(frozen=True)
+class LayerShape:
+    """The numbers every encoder and decoder layer is built from."""
+
+    d_model: int
+    num_heads: int
+    ffn_dim: int
+    dropout: float
+    attention_dropout: float
+    pre_norm: bool
+    activation: str = "relu"
+
+    def attention(self, cross: bool = False) -> MultiHeadAttention:
+        return MultiHeadAttention(self.d_model, self.num_heads, self.attention_dropout, cross=cross)
+
+    def feed_forward(self) -> FeedForward:
+        return FeedForward(self.d_model, self.ffn_dim, self.activation)
+
+    def residual(self) -> Residual:
+        return Residual(self.d_model, self.dropout, self.pre_norm)
+
+
 class EncoderLayer(nn.Module):
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_dim: int,
-        dropout: float,
-        attention_dropout: float,
-        pre_norm: bool,
-        activation: str = "relu",
-    ):
+    def __init__(self, shape: LayerShape):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.feed_forward = FeedForward(d_model, ffn_dim, activation)
-        self.attention_residual = Residual(d_model, dropout, pre_norm)
-        self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
+        self.self_attention = shape.attention()
+        self.feed_forward = shape.feed_forward()
+        self.attention_residual = shape.residual()
+        self.feed_forward_residual = shape.residual()
 
     def forward(self, x, mask, need_weights=False, bias=None, rotary=None):
         out, weights = self.self_attention(
@@ -102,23 +115,14 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_dim: int,
-        dropout: float,
-        attention_dropout: float,
-        pre_norm: bool,
-        activation: str = "relu",
-    ):
+    def __init__(self, shape: LayerShape):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, attention_dropout, cross=True)
-        self.feed_forward = FeedForward(d_model, ffn_dim, activation)
-        self.self_residual = Residual(d_model, dropout, pre_norm)
-        self.cross_residual = Residual(d_model, dropout, pre_norm)
-        self.feed_forward_residual = Residual(d_model, dropout, pre_norm)
+        self.self_attention = shape.attention()
+        self.cross_attention = shape.attention(cross=True)
+        self.feed_forward = shape.feed_forward()
+        self.self_residual = shape.residual()
+        self.cross_residual = shape.residual()
+        self.feed_forward_residual = shape.residual()
 
     def forward(
         self,
@@ -200,9 +204,9 @@ class Transformer(nn.Module):
         self.decoder_bias = RelativePositionBias(num_heads, False, d_model) if relative else None
         self.rotary = RotaryPositions(d_model // num_heads) if positions == "rotary" else None
         self.embedding_dropout = dropout
-        layer_args = (d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
+        shape = LayerShape(d_model, num_heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(shape) for _ in range(encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(shape) for _ in range(decoder_layers))
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
