@@ -442,6 +442,12 @@ def hf_epoch(cfg, examples: list[Example], vocab: int, fraction: float, workdir:
 
 
 def bench_epoch(args: argparse.Namespace) -> dict:
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:  # Seq2SeqTrainer refuses to start without it
+        reason = "Transformers' Seq2SeqTrainer needs accelerate>=1.1: pip install -e '.[bench]'"
+        print(f"\none epoch: not run; {reason}")
+        return {"error": reason}
     cfg, examples, vocab = tatoeba_examples(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench_train_", dir=args.workdir) as workdir:
