@@ -184,8 +184,8 @@ class Batcher:
             return group
 
     def _decode(self, group: list[Job]) -> None:
-        """Decode the group in one call; if that fails, each job alone, so one bad request (a prefix
-        too long, say) fails by itself."""
+        """Decode the group in one call; if that fails, each job alone, so that a request whose
+        decoding fails fails by itself (what a request can get wrong is refused before it is queued)."""
         if len(group) > 1:
             try:
                 results = self._translate_jobs(group)
