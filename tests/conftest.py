@@ -7,9 +7,14 @@ from support.runs import save_random_checkpoint, train_tiny
 
 
 @pytest.fixture(autouse=True)
-def _single_thread_determinism():
+def _seeded_and_threads_restored():
+    """Each test starts from seed 0, and leaves torch's thread count as it found it: a training
+    run in the test's process sets it (train.threads), and a later test that compares this thread's
+    decoding with a server's worker thread, which keeps the default, would see other roundings."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
     yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
