@@ -14,7 +14,7 @@ import typer
 
 from attn_cli.cli.common import Command, stderr, tell
 from attn_cli.config import ConfigError, DecodeConfig
-from attn_cli.decoding.engine import Refusal, Wording, refusals
+from attn_cli.decoding.engine import Wording, refusals
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ WORDING = Wording(
     names={
         "prefix": "--prefix",
         "terms": "--glossary",
+        "sample": "--sample",
         "attention": "--show-attention/--attention-out",
         "no_stutter": "--no-stutter",
     },
@@ -101,18 +102,15 @@ WORDING = Wording(
 )
 
 
-def check_refusals(engine: Engine, options: DecodeConfig, sources: Sequence[Source]) -> None:
-    """A UserError for the first thing the engine refuses of `options` and `sources`; a warning, told
-    once per command, for what it does otherwise (CTranslate2 without attn's output rules)."""
+def check_refusals(engine: Engine, options: DecodeConfig, sources: Sequence[Source], warn: bool = True) -> None:
+    """A UserError for the first thing the engine refuses of `options` and `sources`; with `warn`, a
+    warning for what it does otherwise (CTranslate2 without attn's output rules). A command checks
+    its flags once with `warn`, and each batch of input lines without it."""
     for refusal in refusals(engine.capabilities, options, sources):
         if not refusal.warning:
             raise UserError(refusal.message(WORDING))
-        if refusal not in _told:
-            _told.add(refusal)
+        if warn:
             tell(f"warning: {refusal.message(WORDING)}")
-
-
-_told: set[Refusal] = set()
 
 
 @contextlib.contextmanager

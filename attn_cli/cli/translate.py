@@ -222,7 +222,7 @@ class _Job:
     def translate(self, sources: Sequence, on_batch=None) -> list[Translation]:
         from attn_cli.decoding.pipeline import translate
 
-        check_refusals(self.engine, self.options, sources)  # a JSONL line's own prefix or glossary
+        check_refusals(self.engine, self.options, sources, warn=False)  # a JSONL line's own prefix or glossary
         return translate(self.engine, sources, self.options, on_batch)
 
     def write(self, translations: Sequence[Translation], writer: TranslationWriter, numbered: bool) -> None:

@@ -77,7 +77,7 @@ class Refusal:
     """Why an engine will not do something it was asked: `option` names what was asked (a Source
     field or a decode key), `fix` the kind of remedy. A warning is told, and the work goes on."""
 
-    option: str  # "prefix", "terms", "attention", "no_stutter"
+    option: str  # "prefix", "terms", "sample", "attention", "no_stutter"
     reason: str
     fix: str  # "checkpoint", "one_checkpoint", "beam", "allow_stutter"
     warning: bool = False
@@ -109,6 +109,8 @@ def refusals(capabilities: Capabilities, options: DecodeConfig, sources: Sequenc
         elif not places_terms(options):
             how = "sampling" if options.sample else "greedy search (beam 1)"
             found.append(Refusal("terms", f"terms are placed by beam search, and {how} cannot place them", "beam"))
+    if options.sample and not capabilities.sampling:
+        found.append(Refusal("sample", f"{capabilities.name} does not sample", "checkpoint"))
     if not capabilities.attention and any(source.attention for source in sources):
         found.append(
             Refusal("attention", f"{capabilities.name} gives no one model's attention weights", "one_checkpoint")

@@ -35,7 +35,7 @@ def translate(
     engine: Engine, sources: Sequence[Source], options: DecodeConfig, on_batch: Optional[OnBatch] = None
 ) -> list[Translation]:
     """Each source's translation, in input order. An empty (or all-whitespace) source translates to
-    empty candidates. The options are the caller's to check first (`engine.refusals`)."""
+    empty candidates. What the engine refuses is the caller's to check first (`decoding.engine.refusals`)."""
     return translate_prepared(engine, split_sources(engine, sources, options), options, on_batch)
 
 

@@ -26,7 +26,7 @@ from attn_cli.decoding.hypothesis import Hypothesis
 from attn_cli.decoding.records import Part
 from attn_cli.decoding.search import SearchSettings, output_constraints
 from attn_cli.model import Transformer
-from attn_cli.vocab import EOS_ID
+from attn_cli.vocab import EOS_ID, PAD_ID
 
 
 class TorchEngine:
@@ -108,7 +108,7 @@ class _Search:
         for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
             rows = list(group)
             group_src = src[torch.tensor(rows, device=src.device)]
-            group_src = group_src[:, : int((group_src != 0).sum(dim=1).max())]  # no column of padding alone
+            group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
             prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
             group_terms = None if terms is None else [terms[row] for row in rows]
             for row, hypotheses in zip(rows, self.rows(group_src, prefix.view(len(rows), length), group_terms)):

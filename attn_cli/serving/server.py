@@ -31,7 +31,13 @@ SERVER_OPTIONS = ("max_tokens",)
 
 # A refusal (attn_cli/decoding/engine.py) in the words of a request's fields.
 WORDING = Wording(
-    names={"prefix": "prefix", "terms": "glossary", "attention": "attention", "no_stutter": "no_stutter"},
+    names={
+        "prefix": "prefix",
+        "terms": "glossary",
+        "sample": "sample",
+        "attention": "attention",
+        "no_stutter": "no_stutter",
+    },
     fixes={
         "checkpoint": "serve a checkpoint (attn serve --run or --checkpoint) to use it",
         "one_checkpoint": "serve one checkpoint (attn serve --run or --checkpoint) to use it",
