@@ -173,6 +173,33 @@ def marian_like(dims: Mapping[str, int], vocab: int, dropout: float):
     return MarianMTModel(config)
 
 
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")  # Debian's packages
+
+
+def chromium_options(profile: Path, width: int, height: int):
+    """Selenium's options for Debian's Chromium, headless, offline (no background connections to a
+    network this machine may not have), with its own profile at `profile`: what the page's test and
+    its screenshot drive."""
+    from selenium.webdriver.chrome.options import Options
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(argument)
+    return options
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

@@ -15,7 +15,6 @@ import sys
 import time
 import urllib.request
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,14 +27,14 @@ webdriver = pytest.importorskip(
     "selenium.webdriver", reason="the page is tested with selenium: pip install -e '.[test]'"
 )
 
-from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+from bench.toolkit import CHROMEDRIVER, CHROMIUM, chromium_options  # noqa: E402
+
 # Sentences of the tokenizer's own training text, of different lengths, so that picking the
 # second one changes every grid's size. Two lines: the page shows a row for each.
 TEXT = "sentence number 5\nsentence number 123 and 45"
@@ -99,21 +98,7 @@ def driver(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the browser test, but there is {reason}")
         pytest.skip(reason)
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(argument)
+    options = chromium_options(tmp_path_factory.mktemp("chromium"), 1400, 1000)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for its errors
     browser = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     try:

@@ -21,9 +21,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.toolkit import REPO, ServerProcess, free_port
+from bench.toolkit import CHROMEDRIVER, CHROMIUM, REPO, ServerProcess, chromium_options, free_port
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SENTENCES = ["I love machine learning.", "The weather is nice today."]
 
 
@@ -43,26 +42,11 @@ def served(model_args: list[str], log_path: Path, startup_seconds: float = 120.0
 @contextmanager
 def headless_chromium(width: int, height: int):
     from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
     with tempfile.TemporaryDirectory(prefix="attn-chromium-") as profile:
-        options = Options()
-        options.binary_location = CHROMIUM
-        for argument in (
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            f"--window-size={width},{height}",
-        ):
-            options.add_argument(argument)
-        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+        options = chromium_options(Path(profile), width, height)
+        driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
         try:
             yield driver
         finally:
