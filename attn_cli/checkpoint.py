@@ -1,8 +1,9 @@
 """Self-describing checkpoints: written atomically, loaded without running code, averaged.
 
-A checkpoint holds the config, both tokenizer models, the model weights, step, epoch and metrics,
-so it alone rebuilds a translator; a training run's checkpoints also keep what resuming it exactly
-needs (`training_state`, written and read by attn_cli/training/state.py). Saving writes a temporary
+A checkpoint holds the config, both tokenizer models, the model weights, step, epoch, metrics and
+the training pairs' lengths (data/lengths.py), so it alone rebuilds a translator; a training run's
+checkpoints also keep what resuming it exactly needs (`training_state`, written and read by
+attn_cli/training/state.py). Saving writes a temporary
 file in the same directory and renames it over the old one (attn_cli/files.py): a crash mid-save
 never leaves a broken checkpoint behind. This is the layer below decoding and export: translating,
 exporting and serving load models from here and never import the training package.
@@ -23,6 +24,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from attn_cli.config import Config, config_from_dict, config_to_dict, default_run_dir
+from attn_cli.data.lengths import LengthModel
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.device import allocate_model
 from attn_cli.errors import UserError
@@ -46,6 +48,7 @@ class Checkpoint:
     epoch: int = 0
     metrics: dict = field(default_factory=dict)
     training_state: dict = field(default_factory=dict)  # what resuming needs: training/state.py
+    lengths: Optional[LengthModel] = None  # the training pairs' lengths; None for an import or an older run
 
 
 def save_checkpoint(
@@ -57,6 +60,7 @@ def save_checkpoint(
     epoch: int,
     metrics: Optional[dict] = None,
     training_state: Optional[dict] = None,
+    lengths: Optional[LengthModel] = None,
 ) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +73,7 @@ def save_checkpoint(
         "epoch": epoch,
         "metrics": metrics or {},
         "training_state": training_state or {},
+        **({"lengths": lengths.to_state()} if lengths is not None else {}),
     }
     try:
         with written_whole(path, binary=True) as handle:
@@ -156,7 +161,14 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         )
         model.load_state_dict(_fuse_attention_projections(payload["model"]))
         loaded = Checkpoint(
-            config, tokenizers, model, payload["step"], payload["epoch"], payload["metrics"], payload["training_state"]
+            config,
+            tokenizers,
+            model,
+            payload["step"],
+            payload["epoch"],
+            payload["metrics"],
+            payload["training_state"],
+            LengthModel.from_state(payload.get("lengths")),
         )
     except KeyError as missing:
         raise CheckpointError(f"{path} is an incomplete attn checkpoint: it has no {missing}") from None
@@ -236,6 +248,8 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> Checkpoint:
         steps.append(loaded.step)
     newest.model.load_state_dict(average_state_dicts(states))
     metrics = {"averaged_steps": steps}
-    save_checkpoint(output, newest.config, newest.tokenizers, newest.model, newest.step, newest.epoch, metrics)
+    save_checkpoint(
+        output, newest.config, newest.tokenizers, newest.model, newest.step, newest.epoch, metrics, None, newest.lengths
+    )
     newest.metrics = metrics
     return newest

@@ -17,6 +17,7 @@ from attn_cli.checkpoint import Checkpoint
 from attn_cli.config import Config, ConfigError, config_to_yaml, derived_seed
 from attn_cli.data.batching import Example
 from attn_cli.data.corpus import DataError
+from attn_cli.data.lengths import LengthModel
 from attn_cli.data.prepare import encode_pairs, open_data, tokenizers_and_data
 from attn_cli.data.prepared import PreparedData, TokenizedPairs
 from attn_cli.data.tokenizer import Tokenizers
@@ -107,6 +108,7 @@ class TrainingSetup:
     device: torch.device
     tokenizers: Tokenizers
     train_examples: TokenizedPairs  # those the length filters kept, memory-mapped
+    lengths: LengthModel  # their lengths, kept in every checkpoint for the search's output bounds
     valid_examples: list[Example]  # those the model can embed whole, for the validation loss
     valid_pairs: list[tuple[str, str]]  # the validation split's texts, for BLEU
     model: Transformer  # the plain module, the one saved and decoded with
@@ -189,6 +191,7 @@ def setup_training(
         device,
         tokenizers,
         prepared.train,
+        LengthModel.fit(prepared.train.src_lengths, prepared.train.tgt_lengths),
         valid_examples,
         prepared.valid,
         model,

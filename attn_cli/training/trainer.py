@@ -166,7 +166,15 @@ class Trainer:
             )
             for path in paths:
                 save_checkpoint(
-                    path, setup.cfg, setup.tokenizers, setup.model, state.step, state.epoch, metrics, training_state
+                    path,
+                    setup.cfg,
+                    setup.tokenizers,
+                    setup.model,
+                    state.step,
+                    state.epoch,
+                    metrics,
+                    training_state,
+                    setup.lengths,
                 )
 
     def _save_last(self, why: dict) -> None:
