@@ -73,7 +73,7 @@ def save_checkpoint(
         "epoch": epoch,
         "metrics": metrics or {},
         "training_state": training_state or {},
-        **({"lengths": lengths.to_state()} if lengths is not None else {}),
+        **({"lengths": torch.from_numpy(lengths.counts.copy())} if lengths is not None else {}),
     }
     try:
         with written_whole(path, binary=True) as handle:
@@ -168,7 +168,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
             payload["epoch"],
             payload["metrics"],
             payload["training_state"],
-            LengthModel.from_state(payload.get("lengths")),
+            LengthModel.from_counts(_numpy(payload.get("lengths"))),
         )
     except KeyError as missing:
         raise CheckpointError(f"{path} is an incomplete attn checkpoint: it has no {missing}") from None
@@ -176,6 +176,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise CheckpointError(f"{path} is a damaged attn checkpoint: {str(error).splitlines()[0]}") from None
     model.to(device).eval()
     return loaded
+
+
+def _numpy(tensor: Optional[torch.Tensor]):
+    return None if tensor is None else tensor.numpy()
 
 
 def _why_unreadable(path: Path, error: Exception) -> str:

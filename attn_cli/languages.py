@@ -3,7 +3,8 @@
 A code is read by its primary subtag, case aside: `zh`, `ZH`, `zh-CN`, `zh_Hans` and `zh-Hant-TW`
 are all Chinese. Languages written without spaces between words (and sentences) join the parts of a
 split input, and the sentences of a joined training pair, with nothing between them; the others
-with a space. BLEU tokenizes each language as sacreBLEU recommends: by character for Chinese, with
+with a space. A long sentence is cut into clauses at punctuation and at coordinating
+conjunctions. BLEU tokenizes each language as sacreBLEU recommends: by character for Chinese, with
 MeCab for Japanese and Korean, with its 13a tokenizer otherwise. An English name labels the
 languages of an exported Argos Translate package.
 """
@@ -28,6 +29,25 @@ def is_unspaced(code: str) -> bool:
 def joiner(code: str) -> str:
     """What goes between two sentences (or parts of one) of this language: nothing, or a space."""
     return "" if is_unspaced(code) else " "
+
+
+# Coordinating conjunctions: where a long sentence may be cut into clauses when no punctuation
+# marks one (decoding/parts.py). A language not listed is cut at punctuation alone.
+_CONJUNCTIONS = {
+    "en": ("and", "but", "or", "so", "yet"),
+    "de": ("und", "aber", "oder", "denn", "sondern"),
+    "es": ("y", "pero", "o", "sino"),
+    "fr": ("et", "mais", "ou", "donc", "car"),
+    "it": ("e", "ma", "o", "però"),
+    "nl": ("en", "maar", "of", "want"),
+    "pt": ("e", "mas", "ou"),
+    "zh": ("但是", "可是", "而且", "所以", "或者", "因此"),
+}
+
+
+def conjunctions(code: str) -> tuple[str, ...]:
+    """The coordinating conjunctions of a code's language, lower case; () for one attn does not list."""
+    return _CONJUNCTIONS.get(primary_subtag(code), ())
 
 
 def bleu_tokenizer(code: str) -> str:

@@ -5,6 +5,7 @@ from support.models import small_model
 from support.runs import checkpoint_parts
 
 from attn_cli.checkpoint import average_checkpoints, average_state_dicts, load_checkpoint, save_checkpoint
+from attn_cli.data.lengths import LengthModel
 from attn_cli.paths import RunPaths
 
 
@@ -30,10 +31,11 @@ def test_the_average_of_two_checkpoints_is_their_elementwise_mean(tmp_path):
     vocab = tokenizers.source.vocab_size
     paths = RunPaths.of(tmp_path)
     models = []
+    lengths = LengthModel.fit([1, 2, 2, 5], [2, 3, 2, 6])
     for step in (100, 200):
         torch.manual_seed(step)  # different weights in each
         model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, encoder_layers=1, decoder_layers=1)
-        save_checkpoint(paths.step_checkpoint(step), cfg, tokenizers, model, step=step, epoch=1)
+        save_checkpoint(paths.step_checkpoint(step), cfg, tokenizers, model, step=step, epoch=1, lengths=lengths)
         models.append(model.state_dict())
 
     output = paths.average_checkpoint(2)
@@ -43,3 +45,4 @@ def test_the_average_of_two_checkpoints_is_their_elementwise_mean(tmp_path):
         torch.testing.assert_close(tensor, (models[0][name] + models[1][name]) / 2, rtol=0, atol=1e-7, msg=name)
     assert not torch.equal(models[0]["tgt_embedding.weight"], models[1]["tgt_embedding.weight"])
     assert (averaged.step, averaged.metrics) == (200, {"averaged_steps": [100, 200]})
+    assert averaged.lengths.counts.tolist() == lengths.counts.tolist(), "the training pairs' lengths are kept"

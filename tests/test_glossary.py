@@ -290,7 +290,8 @@ def test_an_n_best_list_stays_full_when_few_outputs_can_hold_the_terms():
     from attn_cli.config import DecodeConfig
 
     translate = _random_translator(0)
-    options = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=3)
+    # no_loops off: the term itself writes one token three times over, which the rule forbids
+    options = DecodeConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=3, no_loops=False)
     found = translate(["sentence number 1", "number 7"], options, [[Term("number", ("号号号",))]] * 2)
     for translation in found:
         assert len(translation.candidates) == 3 and "号号号" in translation.text

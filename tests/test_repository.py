@@ -15,3 +15,21 @@ def test_no_tracked_file_points_at_a_shared_folder_beside_the_repository():
         if (REPO / name).is_file() and outside in (REPO / name).read_bytes().decode("utf-8", "replace")
     ]
     assert mentioning == []
+
+
+def test_the_development_set_shares_no_sentence_with_the_built_in_corpus():
+    """Settings chosen on it, and scores measured on it, are of sentences the model never trained on."""
+    import lzma
+
+    corpus = (REPO / "attn_cli" / "corpora" / "tatoeba-cmn-eng" / "cmn.txt.xz").read_bytes()
+    english, chinese = set(), set()
+    for line in lzma.decompress(corpus).decode("utf-8").splitlines():
+        source, target = line.split("\t")[:2]
+        english.add(source.strip())
+        chinese.add(target.strip())
+    dev = REPO / "benchmarks" / "en-zh-dev"
+    sources = (dev / "dev.en").read_text(encoding="utf-8").splitlines()
+    references = (dev / "dev.zh").read_text(encoding="utf-8").splitlines()
+    assert len(sources) == len(references) == 2039
+    assert not english & set(sources)
+    assert not chinese & set(references)

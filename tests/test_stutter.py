@@ -125,11 +125,13 @@ def test_the_tokenizer_s_texts():
 def test_a_tokenizer_s_output_constraints_are_built_once_and_follow_the_option():
     """A server searches once per batch of requests: the vocabulary is indexed once, not each time."""
     from attn_cli.config import DecodeConfig
+    from attn_cli.decoding.loops import NoLoop
     from attn_cli.decoding.search import output_constraints
     from attn_cli.decoding.utf8 import Utf8Constraint
 
     target = hello_tokenizers().target
     first = output_constraints(target, DecodeConfig(no_stutter=True))
-    assert [type(c) for c in first] == [Utf8Constraint, NoStutter]
+    assert [type(c) for c in first] == [Utf8Constraint, NoStutter, NoLoop]
     assert all(a is b for a, b in zip(first, output_constraints(target, DecodeConfig(no_stutter=True))))
-    assert [type(c) for c in output_constraints(target, DecodeConfig(no_stutter=False))] == [Utf8Constraint]
+    neither = DecodeConfig(no_stutter=False, no_loops=False)
+    assert [type(c) for c in output_constraints(target, neither)] == [Utf8Constraint]

@@ -460,7 +460,7 @@ def test_decode_no_stutter_keeps_stutter_out_of_every_translation(tokenizers):
     texts = tokenizers.target.piece_texts()
     characters = [token for token, text in enumerate(texts) if text and len(text) == 1 and not text.isspace()]
     model.position_bias[:, characters[:3]] += 5.0  # drawn to three characters, it writes them over and over
-    options = DecodeConfig(beam_size=2, max_len_a=2.0, max_len_b=12)
+    options = DecodeConfig(beam_size=2, max_len_a=2.0, max_len_b=12, no_loops=False)  # stutter alone
     free = _translate(model, tokenizers, SENTENCES * 3, options)
     kept = _translate(model, tokenizers, SENTENCES * 3, dataclasses.replace(options, no_stutter=True))
     assert any(stutters(t.text) for t in free), "left alone the random model stutters, so the option was tried"

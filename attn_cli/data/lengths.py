@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-import torch
 
 LONGEST_COUNTED = 512  # lengths past this are counted as this: the table stays small for any corpus
 NEIGHBOURS = 200  # the fewest pairs a source length's ratios are read from; nearby lengths join in until then
@@ -43,15 +42,12 @@ class LengthModel:
         np.add.at(counts, (sources, targets), 1)
         return cls(counts)
 
-    def to_state(self) -> torch.Tensor:
-        return torch.from_numpy(self.counts.copy())
-
     @classmethod
-    def from_state(cls, state: Optional[torch.Tensor]) -> Optional["LengthModel"]:
-        """The model a checkpoint holds; None for one written without it (an import, an older run)."""
-        if state is None:
+    def from_counts(cls, counts: Optional[np.ndarray]) -> Optional["LengthModel"]:
+        """The model a checkpoint or an export holds; None for one written without it (an import, an older run)."""
+        if counts is None:
             return None
-        counts = state.numpy().astype(np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
         if counts.ndim != 2 or counts.min() < 0 or not counts.sum():
             raise ValueError("the length table must be a 2-D table of counts with at least one pair")
         return cls(counts)
@@ -63,18 +59,19 @@ class LengthModel:
         share = np.cumsum(per_length) / per_length.sum()
         return int(np.searchsorted(share, USUAL_SOURCE))
 
-    def bounds(self, source_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def bounds(self, source_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shortest, longest) plausible output lengths in tokens (without EOS) for each of
-        `source_lengths`, a tensor of token counts (without EOS)."""
+        `source_lengths`, token counts (without EOS)."""
         floors, ceilings = self._tables
-        at = source_lengths.clamp(max=len(floors) - 1).cpu()
-        lengths = source_lengths.clamp(min=1).double().cpu()
-        shortest = (lengths * floors[at]).floor().long() - SLACK
-        longest = (lengths * ceilings[at]).ceil().long() + SLACK
-        return shortest.clamp(min=0).to(source_lengths.device), longest.to(source_lengths.device)
+        source_lengths = np.asarray(source_lengths, dtype=np.int64)
+        at = np.minimum(source_lengths, len(floors) - 1)
+        lengths = np.maximum(source_lengths, 1)
+        shortest = np.floor(lengths * floors[at]).astype(np.int64) - SLACK
+        longest = np.ceil(lengths * ceilings[at]).astype(np.int64) + SLACK
+        return np.maximum(shortest, 0), longest
 
     @functools.cached_property
-    def _tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tables(self) -> tuple[np.ndarray, np.ndarray]:
         """Per source length 0 .. S (the longest counted, standing for any longer): the ratio floor
         and ceiling, read from that length's pairs and its neighbours' until there are `NEIGHBOURS`."""
         per_length = self.counts.sum(axis=1)
@@ -86,7 +83,7 @@ class LengthModel:
             floor, ceiling = _ratio_quantiles(self.counts[low : high + 1], low)
             floors.append(floor)
             ceilings.append(ceiling)
-        return torch.tensor(floors, dtype=torch.float64), torch.tensor(ceilings, dtype=torch.float64)
+        return np.array(floors), np.array(ceilings)
 
 
 def _ratio_quantiles(counts: np.ndarray, first_source_length: int) -> tuple[float, float]:

@@ -25,7 +25,7 @@ import torch
 
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
-from attn_cli.decoding.search import SearchSettings, prefix_and_limits, restrict_next_tokens, rows_at_limit
+from attn_cli.decoding.search import SearchSettings, prefix_and_bounds, restrict_next_tokens, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -45,8 +45,8 @@ def beam_search(
     """
     check_n_best(settings)
     ensemble = Ensemble.of(model)
-    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
-    search = BeamState(ensemble, src, settings.beam_size, settings.length_penalty, limits, prefix)
+    prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
+    search = BeamState(ensemble, src, settings.beam_size, settings.length_penalty, floors, limits, prefix)
     return run_beam(search, ensemble, settings)
 
 
@@ -67,9 +67,12 @@ def run_beam(search: BeamState, ensemble: Ensemble, settings: SearchSettings) ->
             at_limit = at_limit.repeat_interleave(beam_size)
         # The first call fills the cache with BOS and the whole prefix at once; each later call, the last token.
         log_probs = ensemble.next_log_probs(search.history[:, cache.steps :], search.encoded, cache, at_limit, exact)
-        if settings.no_repeat_ngram or settings.rules:
+        if settings.restricts:
             steps_left = (search.limits - step).repeat_interleave(beam_size)
-            restrict_next_tokens(log_probs, search.history, steps_left, settings.no_repeat_ngram, settings.rules)
+            too_short = (step < search.floors).repeat_interleave(beam_size)
+            restrict_next_tokens(
+                log_probs, search.history, steps_left, settings.no_repeat_ngram, settings.rules, too_short
+            )
         rows, sources = search.advance(log_probs, step, could_end=not exact)
         if not rows.numel():
             break
@@ -88,12 +91,14 @@ class BeamState:
         src: torch.Tensor,
         beam_size: int,
         alpha: float,
+        floors: torch.Tensor,
         limits: torch.Tensor,
         prefix: torch.Tensor,
     ):
         batch, device = src.shape[0], src.device
         self.k, self.alpha = beam_size, alpha
         self.encoded = ensemble.encode(src)
+        self.floors = floors  # (live,) tokens each live sentence must search after its prefix before it may end
         self.limits = limits  # (live,) tokens each live sentence may search after its prefix, before its EOS
         # Length penalties at each sentence's longest possible output (its limit plus EOS).
         self.penalty_at_limit = length_penalty((limits + 1).float(), alpha)
@@ -169,6 +174,7 @@ class BeamState:
         k = self.k
         kept_rows = (kept[:, None] * k + torch.arange(k, device=kept.device)).view(-1)  # (kept*k,)
         self.scores, self.limits, self.sentence = self.scores[kept], self.limits[kept], self.sentence[kept]
+        self.floors = self.floors[kept]
         self.worst_kept, self.encoded = self.worst_kept[kept], self.encoded.select(kept)
         self.penalty_at_limit = self.penalty_at_limit[kept]
         self.history = self.history[kept_rows]

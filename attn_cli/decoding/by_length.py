@@ -4,8 +4,10 @@ Sentences are bucketed by the number of words (whitespace-separated) of their so
 BLEU and chrF, the length ratio (hypothesis characters over reference characters), the stutter rate
 (outputs in which a unit of 1 to 4 characters repeats three times or more in a row, e.g. 叔叔叔叔
 or 一座一座一座, but not digits as in 10000: decoding/stutter.py), against the same rate in the
-references, since "哈哈哈" is sometimes right, and the count of U+FFFD, the character a byte
-sequence that is not valid UTF-8 decodes to.
+references, since "哈哈哈" is sometimes right, the count of outputs with a loop (a span of 3 or more
+characters three times back to back, as in 她就说她就说她就说: decoding/loops.py) against the
+references' count, and the count of U+FFFD, the character a byte sequence that is not valid UTF-8
+decodes to.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from attn_cli.decoding.loops import loops
 from attn_cli.decoding.scoring import score_translations
 from attn_cli.decoding.stutter import stutters
 
@@ -30,6 +33,8 @@ class BucketScores:
     length_ratio: float  # hypothesis characters / reference characters
     stutter_rate: float  # share of hypotheses that stutter
     reference_stutter_rate: float
+    loops: int  # hypotheses with a loop
+    reference_loops: int
     replacement_characters: int  # U+FFFD in the hypotheses
 
     def as_dict(self) -> dict:
@@ -74,6 +79,8 @@ def _scores(name: str, hypotheses: list[str], references: list[str], target_lang
         sum(len(h) for h in hypotheses) / reference_characters if reference_characters else float("nan"),
         sum(map(stutters, hypotheses)) / len(hypotheses),
         sum(map(stutters, references)) / len(references),
+        sum(map(loops, hypotheses)),
+        sum(map(loops, references)),
         sum(h.count(REPLACEMENT_CHARACTER) for h in hypotheses),
     )
 
@@ -81,12 +88,13 @@ def _scores(name: str, hypotheses: list[str], references: list[str], target_lang
 def format_table(rows: Sequence[BucketScores]) -> str:
     """A Markdown table: what `attn eval --by-length` prints."""
     lines = [
-        "| source words | pairs | BLEU | chrF | length ratio | stutter (references) | U+FFFD |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| source words | pairs | BLEU | chrF | length ratio | stutter (references) | loops (references) | U+FFFD |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row.name} | {row.pairs:,} | {row.bleu:.2f} | {row.chrf:.2f} | {row.length_ratio:.2f} | "
-            f"{row.stutter_rate:.1%} ({row.reference_stutter_rate:.1%}) | {row.replacement_characters} |"
+            f"{row.stutter_rate:.1%} ({row.reference_stutter_rate:.1%}) | {row.loops} ({row.reference_loops}) | "
+            f"{row.replacement_characters} |"
         )
     return "\n".join(lines)

@@ -38,7 +38,7 @@ from attn_cli.decoding.beam import BeamState, check_n_best, run_beam
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.glossary import TokenTerm
 from attn_cli.decoding.hypothesis import Hypothesis
-from attn_cli.decoding.search import SearchSettings, prefix_and_limits
+from attn_cli.decoding.search import SearchSettings, prefix_and_bounds
 from attn_cli.model import Transformer
 from attn_cli.vocab import EOS_ID
 
@@ -136,9 +136,9 @@ def constrained_beam_search(
     if len(terms) != src.shape[0]:
         raise ValueError(f"{len(terms)} term lists for {src.shape[0]} sentences; give one per sentence")
     ensemble = Ensemble.of(model)
-    prefix, limits = prefix_and_limits(src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b)
+    prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
     search = BankedBeamState(
-        ensemble, src, settings.beam_size, settings.length_penalty, limits, prefix, terms, word_continuations
+        ensemble, src, settings.beam_size, settings.length_penalty, floors, limits, prefix, terms, word_continuations
     )
     return run_beam(search, ensemble, settings)
 
@@ -152,12 +152,13 @@ class BankedBeamState(BeamState):
         src,
         beam_size,
         alpha,
+        floors,
         limits,
         prefix,
         terms: Sequence[Sequence[TokenTerm]],
         word_continuations: Sequence[int] = (),
     ):
-        super().__init__(ensemble, src, beam_size, alpha, limits, prefix)
+        super().__init__(ensemble, src, beam_size, alpha, floors, limits, prefix)
         self.word_continuations = torch.tensor(sorted(word_continuations), dtype=torch.long, device=src.device)
         self.trackers: list[TermTracker] = []  # per live sentence
         self.states: list[TermState] = []  # per live hypothesis, rows as in `history`

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:
     from attn_cli.config import Config, DecodeConfig
+    from attn_cli.data.lengths import LengthModel
     from attn_cli.data.tokenizer import Tokenizers
     from attn_cli.decoding.glossary import TokenTerm
     from attn_cli.decoding.hypothesis import Hypothesis
@@ -56,6 +57,7 @@ class Engine(Protocol):
     capabilities: Capabilities
     max_source_tokens: int  # the longest source it takes, without the EOS
     max_target_tokens: Optional[int]  # the longest output it can write (None: no end)
+    lengths: Optional[LengthModel]  # its training pairs' lengths (data/lengths.py); None when not known
 
     def searcher(self, options: DecodeConfig) -> Searcher:
         """The configured search, for the batches of one translation call (a seeded sample repeats)."""

@@ -10,7 +10,7 @@ import torch
 
 from attn_cli.decoding.ensemble import Ensemble, EnsembleEncoded
 from attn_cli.decoding.hypothesis import Hypothesis
-from attn_cli.decoding.search import SearchSettings, prefix_and_limits, restrict_next_tokens, rows_at_limit
+from attn_cli.decoding.search import SearchSettings, prefix_and_bounds, restrict_next_tokens, rows_at_limit
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID
 
@@ -71,25 +71,28 @@ def greedy_search(
             raise ValueError("sampling needs normalized scores")
         ensemble = Ensemble.of(model)
         samples, exact = settings.n_best, settings.exact_steps is not None
-        prefix, limits = prefix_and_limits(
-            src, prefix, ensemble.max_target_tokens, settings.max_len_a, settings.max_len_b
-        )
+        prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
         encoded = ensemble.encode(src)
         if samples > 1:  # rows b*samples .. b*samples+samples-1 decode source b
             rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(samples)
-            encoded, limits, prefix = encoded.select(rows), limits[rows], prefix[rows]
+            encoded, floors, limits, prefix = encoded.select(rows), floors[rows], limits[rows], prefix[rows]
         steps = settings.exact_steps if exact else int(limits.max()) + 1  # + 1 for the EOS
         shortest_limit = int(limits.min())
         cache = ensemble.new_cache() if use_cache else None
-        state = _GreedyState(encoded, limits, prefix, scored)
+        state = _GreedyState(encoded, floors, limits, prefix, scored)
         for step in range(steps):  # step: tokens searched so far, after the prefix
             # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
             new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
             at_limit = rows_at_limit(step, state.limits, shortest_limit)
             log_probs = ensemble.next_log_probs(new_tokens, state.encoded, cache, at_limit, exact, normalize=scored)
-            if settings.no_repeat_ngram or settings.rules:
+            if settings.restricts:
                 restrict_next_tokens(
-                    log_probs, state.history, state.limits - step, settings.no_repeat_ngram, settings.rules
+                    log_probs,
+                    state.history,
+                    state.limits - step,
+                    settings.no_repeat_ngram,
+                    settings.rules,
+                    step < state.floors,
                 )
             next_tokens = choose(log_probs)
             state.extend(next_tokens, log_probs.gather(1, next_tokens[:, None]).squeeze(1) if scored else None)
@@ -109,9 +112,12 @@ def greedy_search(
 class _GreedyState:
     """The rows still decoding, their tokens and log-probabilities, and the finished results."""
 
-    def __init__(self, encoded: EnsembleEncoded, limits: torch.Tensor, prefix: torch.Tensor, scored: bool):
+    def __init__(
+        self, encoded: EnsembleEncoded, floors: torch.Tensor, limits: torch.Tensor, prefix: torch.Tensor, scored: bool
+    ):
         rows = limits.shape[0]
         self.encoded = encoded
+        self.floors = floors  # (rows,) tokens each row must search after its prefix before it may end
         self.limits = limits  # (rows,) tokens each row may search after its prefix, before its EOS
         self.forced = prefix.shape[1]  # the prefix's tokens, which start every output
         self.alive = torch.arange(rows, device=prefix.device)  # the result slot of each row still decoding
@@ -136,7 +142,7 @@ class _GreedyState:
             self.results[self.alive[row]] = Hypothesis.scored(tokens, log_prob, searched + 1, alpha)
         kept = (~ended).nonzero().squeeze(1)
         self.alive, self.history, self.log_prob = self.alive[kept], self.history[kept], self.log_prob[kept]
-        self.limits, self.encoded = self.limits[kept], self.encoded.select(kept)
+        self.floors, self.limits, self.encoded = self.floors[kept], self.limits[kept], self.encoded.select(kept)
         return kept
 
 

@@ -63,6 +63,24 @@ DECODE_OPTIONS = (
         "Forbid a unit of 1-4 characters three times in a row in an output (叔叔叔, 一座一座一座; digits and "
         "spaces may repeat) (config: decode.no_stutter).",
     ),
+    DecodeOption(
+        "no_loops",
+        "--no-loops/--allow-loops",
+        "Forbid a span of up to 16 tokens three times back to back in an output (她就说她就说她就说) "
+        "(config: decode.no_loops).",
+    ),
+    DecodeOption(
+        "learned_lengths",
+        "--learned-lengths/--fixed-lengths",
+        "Keep each output between the shortest and longest that the training pairs make plausible for "
+        "its source's length, within --max-len-a/--max-len-b (config: decode.learned_lengths).",
+    ),
+    DecodeOption(
+        "split_clauses",
+        "--split-clauses/--whole-sentences",
+        "Translate a source longer than the training sources clause by clause (at commas, semicolons "
+        "and conjunctions) and join the parts (config: decode.split_clauses).",
+    ),
 )
 OPTIONS_BY_KEY = {option.key: option for option in DECODE_OPTIONS}
 _DECODE_FIELDS = {item.name for item in dataclasses.fields(DecodeConfig)}

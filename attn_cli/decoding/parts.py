@@ -1,9 +1,11 @@
 """The first stage of a translation: each source encoded into the parts a model decodes.
 
 A source of more tokens than the model takes is split at sentence or clause boundaries (or
-truncated, as `decode.long_inputs` says), each part with the source prefix a multi-target model
-needs; the target prefix forces the first part's output, and each part carries the glossary terms
-whose source side occurs in it. Imports nothing heavy.
+truncated, as `decode.long_inputs` says); with `decode.split_clauses`, a source longer than the
+model's training sources is cut into clauses too, for a model tends to lose its place in an input
+longer than any it learned from. Each part has the source prefix a multi-target model needs; the
+target prefix forces the first part's output, and each part carries the glossary terms whose source
+side occurs in it. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from attn_cli.decoding.glossary import applicable_terms
 from attn_cli.decoding.records import Note, Part, Source, SourceParts
 from attn_cli.errors import UserError
+from attn_cli.languages import conjunctions, is_unspaced
 
 if TYPE_CHECKING:
     from attn_cli.config import DecodeConfig
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
 
 # Where a long input may be cut: after a piece that ends a sentence or a clause.
 _BOUNDARY_ENDINGS = tuple(".!?;:,。！？；：，")
+SHORTEST_CLAUSE = 4  # tokens: a shorter part is a phrase torn from its clause, not a clause
 
 
 def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConfig) -> list[SourceParts]:
@@ -33,9 +37,17 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
     # model needs it at the start of each source it translates.
     room = engine.max_source_tokens - len(tokenizers.prefix_ids)
     language = engine.config.data.src_lang
+    longest_clause = engine.lengths.longest_usual_source if options.split_clauses and engine.lengths else None
     found = []
     for source, ids, prefix in zip(sources, plain, prefixes):
         pieces = fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece)
+        fitted = len(pieces)
+        if longest_clause is not None:
+            pieces = [
+                clause
+                for piece in pieces
+                for clause in clauses(piece, longest_clause, tokenizers.source.id_to_piece(piece), language)
+            ]
         whole = len(pieces) == 1 and len(pieces[0]) == len(ids)
         parts = []
         for number, (piece, prefixed) in enumerate(zip(pieces, tokenizers.prefixed(pieces))):
@@ -46,12 +58,17 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
                 text = source.text if whole else tokenizers.source.decode([piece])[0]
                 terms = tuple(applicable_terms(text, source.terms, language))
             parts.append(Part(tuple(prefixed), tuple(prefix) if number == 0 else (), terms))
-        found.append(SourceParts(source, tuple(parts), _cut_notes(len(tokenizers.prefixed([ids])[0]), parts)))
+        notes = _cut_notes(len(tokenizers.prefixed([ids])[0]), parts, fitted)
+        found.append(SourceParts(source, tuple(parts), notes))
     return found
 
 
-def _cut_notes(tokens: int, parts: list[Part]) -> tuple[Note, ...]:
-    """What was done to an input of `tokens` tokens that the model does not take whole."""
+def _cut_notes(tokens: int, parts: list[Part], fitted: int) -> tuple[Note, ...]:
+    """What was done to an input of `tokens` tokens that the model does not take whole (`fitted`:
+    the parts it was cut into to fit), or that was translated clause by clause."""
+    if len(parts) > max(fitted, 1):
+        words = f"{tokens} tokens is longer than the training sources; translated in {len(parts)} clauses"
+        return (Note("clauses", words),)
     if len(parts) > 1:
         return (Note("split", f"{tokens} tokens is more than the model takes; translated in {len(parts)} parts"),)
     if parts and len(parts[0].ids) < tokens:
@@ -79,6 +96,33 @@ def fit_to_length(ids: list[int], limit: int, mode: str, pieces: Callable[[list[
         start = cut
     parts.append(ids[start:])
     return parts
+
+
+def clauses(ids: list[int], longest: int, pieces: Sequence[str], language: str) -> list[list[int]]:
+    """`ids` (whose pieces are `pieces`) cut into clauses of at most `longest` tokens where it can be:
+    in two at the boundary nearest its middle, and each half again while it is too long. A boundary
+    follows a punctuation mark that ends a clause or a sentence, or, where there is none, comes
+    before a coordinating conjunction of the language (languages.py); no part is shorter than
+    `SHORTEST_CLAUSE`. A source with nowhere to cut stays whole."""
+    if len(ids) <= longest:
+        return [ids]
+    fits = range(SHORTEST_CLAUSE, len(ids) - SHORTEST_CLAUSE + 1)
+    marked = [i + 1 for i, piece in enumerate(pieces) if i + 1 in fits and piece.rstrip().endswith(_BOUNDARY_ENDINGS)]
+    if not marked:
+        words = conjunctions(language)
+        starts_word = is_unspaced(language)  # an unspaced language's pieces carry no word-start mark
+        marked = [
+            i
+            for i, piece in enumerate(pieces)
+            if i in fits and piece.lstrip("▁").lower() in words and (starts_word or piece.startswith("▁"))
+        ]
+    if not marked:
+        return [ids]
+    cut = min(marked, key=lambda b: (abs(2 * b - len(ids)), b))
+    return [
+        *clauses(ids[:cut], longest, pieces[:cut], language),
+        *clauses(ids[cut:], longest, pieces[cut:], language),
+    ]
 
 
 def encode_prefixes(prefixes: Sequence[str], target: Tokenizer, most: Optional[int]) -> list[list[int]]:

@@ -42,7 +42,7 @@ class Part:
 class Note:
     """Something the user should know about one translation: what, in words, and a kind to match on."""
 
-    kind: str  # "split" or "truncated" (a long input), "unmet_terms"
+    kind: str  # "split" or "truncated" (a long input), "clauses" (decode.split_clauses), "unmet_terms"
     message: str
 
 

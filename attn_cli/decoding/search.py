@@ -1,4 +1,4 @@
-"""What every search shares: its settings (`SearchSettings`), output length limits, the empty forced
+"""What every search shares: its settings (`SearchSettings`), output length bounds, the empty forced
 prefix, the next-token distribution and the rules that restrict it."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Optional, Protocol
 
 import torch
 
+from attn_cli.decoding.loops import NoLoop
 from attn_cli.decoding.stutter import NoStutter
 from attn_cli.decoding.utf8 import Utf8Constraint
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:
     from attn_cli.config import DecodeConfig
+    from attn_cli.data.lengths import LengthModel
     from attn_cli.data.tokenizer import Tokenizer
 
 # Tokens the decoder must never emit: padding and a second start-of-sentence.
@@ -48,12 +50,28 @@ class SearchSettings:
     no_repeat_ngram: int = 0  # > 0: no token n-gram of this size twice in an output
     constraints: tuple[OutputConstraint, ...] = ()  # rules applied at every step (valid UTF-8, no stutter)
     exact_steps: Optional[int] = None  # benchmarks: force this many tokens after the prefix, EOS and rules off
+    lengths: Optional[LengthModel] = None  # the training pairs' lengths: each output's plausible bounds
+
+    @property
+    def restricts(self) -> bool:
+        """Whether a step rules out tokens beyond the limits: the rules, no_repeat_ngram or a floor."""
+        return bool(self.no_repeat_ngram or self.rules or (self.lengths is not None and self.exact_steps is None))
 
     @classmethod
-    def of(cls, options: DecodeConfig, constraints: Sequence[OutputConstraint] = ()) -> SearchSettings:
-        """The settings a config's `decode` section (or a command's options) asks for."""
+    def of(
+        cls,
+        options: DecodeConfig,
+        constraints: Sequence[OutputConstraint] = (),
+        lengths: Optional[LengthModel] = None,
+    ) -> SearchSettings:
+        """The settings a config's `decode` section (or a command's options) asks for, over a model
+        whose training pairs' `lengths` are known (None: not known), which `decode.learned_lengths` uses."""
         shared = ("beam_size", "n_best", "length_penalty", "max_len_a", "max_len_b", "no_repeat_ngram")
-        return cls(**{name: getattr(options, name) for name in shared}, constraints=tuple(constraints))
+        return cls(
+            **{name: getattr(options, name) for name in shared},
+            constraints=tuple(constraints),
+            lengths=lengths if options.learned_lengths else None,
+        )
 
     @property
     def rules(self) -> tuple[OutputConstraint, ...]:
@@ -61,34 +79,37 @@ class SearchSettings:
         return self.constraints if self.exact_steps is None else ()
 
 
-def output_limits(
-    max_target_tokens: Optional[int], src: torch.Tensor, max_len_a: float, max_len_b: int, prefix_length: int = 0
-) -> torch.Tensor:
-    """Per-sentence output limit a * source_length + b, counted without BOS and EOS, capped where
-    learned target positions end (`max_target_positions`, None for no end; one position is kept
-    for the EOS).
+def output_bounds(
+    max_target_tokens: Optional[int], src: torch.Tensor, settings: SearchSettings, prefix_length: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sentence (floors, limits): how many tokens each output must and may have, counted without
+    BOS and EOS and after a forced prefix of `prefix_length` tokens.
 
-    A forced prefix of `prefix_length` tokens is part of the output, so it counts toward the limit:
-    what is returned is how many tokens the search may add after it (0 when the prefix already
-    reaches the limit: the output is the prefix and an EOS)."""
+    The limit is a * source_length + b, lowered to the longest output the training pairs make
+    plausible for the source's length when `settings.lengths` holds them, and capped where learned
+    target positions end (`max_target_tokens`, None for no end; one position is kept for the EOS).
+    The floor is the shortest plausible output (0 without `settings.lengths`). A prefix is part of
+    the output, so it counts toward both (a limit of 0: the output is the prefix and an EOS)."""
     source_lengths = (src != PAD_ID).sum(dim=1) - 1  # the source ends in EOS
-    limits = (max_len_a * source_lengths.float()).long() + max_len_b
+    limits = (settings.max_len_a * source_lengths.float()).long() + settings.max_len_b
+    floors = torch.zeros_like(limits)
+    if settings.lengths is not None and settings.exact_steps is None:
+        shortest, longest = settings.lengths.bounds(source_lengths.cpu().numpy())
+        limits = limits.minimum(torch.from_numpy(longest).to(limits.device))
+        floors = torch.from_numpy(shortest).to(limits.device)
     if max_target_tokens is not None:
         limits = limits.clamp(max=max_target_tokens)
-    return (limits - prefix_length).clamp(min=0)
+    limits = (limits - prefix_length).clamp(min=0)
+    return (floors - prefix_length).clamp(min=0).minimum(limits), limits
 
 
-def prefix_and_limits(
-    src: torch.Tensor,
-    prefix: Optional[torch.Tensor],
-    max_target_tokens: Optional[int],
-    max_len_a: float,
-    max_len_b: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def prefix_and_bounds(
+    src: torch.Tensor, prefix: Optional[torch.Tensor], max_target_tokens: Optional[int], settings: SearchSettings
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Where a search over (B, S) sources starts: the forced prefix of every row ((B, 0) for none),
-    and how many tokens each row may search after it (`output_limits`)."""
+    and how many tokens each row must and may search after it (`output_bounds`)."""
     prefix = no_prefix(src) if prefix is None else prefix
-    return prefix, output_limits(max_target_tokens, src, max_len_a, max_len_b, prefix.shape[1])
+    return (prefix, *output_bounds(max_target_tokens, src, settings, prefix.shape[1]))
 
 
 def no_prefix(src: torch.Tensor) -> torch.Tensor:
@@ -141,15 +162,19 @@ def restrict_next_tokens(
     steps_left: torch.Tensor,
     no_repeat_ngram: int = 0,
     constraints: Sequence[OutputConstraint] = (),
+    too_short: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Rule out, in place, the next tokens that `no_repeat_ngram` and each of `constraints` forbid
-    (`steps_left` as `OutputConstraint.restrict` takes it).
+    (`steps_left` as `OutputConstraint.restrict` takes it), and the end of each row that `too_short`
+    (rows,) marks: one below its floor.
 
     The rules together can leave a row no token at all (no_repeat_ngram, say, forbidding the byte
     that would finish a character, and the UTF-8 rule forbidding EOS before it is finished). Such a
     row ends: EOS gets back the log-probability it had before the rules, so no search picks padding
     from a row of -inf, nor samples from NaN."""
     eos = log_probs[:, EOS_ID].clone()
+    if too_short is not None:
+        log_probs[too_short, EOS_ID] = float("-inf")
     if no_repeat_ngram:
         ban_repeated_ngrams(log_probs, history, no_repeat_ngram)
     for constraint in constraints:
@@ -167,12 +192,13 @@ def rows_at_limit(step: int, limits: torch.Tensor, shortest_limit: int) -> Optio
 
 def output_constraints(target: Tokenizer, options: DecodeConfig) -> tuple[OutputConstraint, ...]:
     """What every output of attn's own search keeps to: valid UTF-8 when the target tokenizer has
-    byte pieces (no output decodes to U+FFFD), and no stutter when `decode.no_stutter` asks."""
-    return _constraints_of(target, options.no_stutter)
+    byte pieces (no output decodes to U+FFFD), no stutter when `decode.no_stutter` asks and no loop
+    when `decode.no_loops` does."""
+    return _constraints_of(target, options.no_stutter, options.no_loops)
 
 
 @functools.lru_cache(maxsize=8)
-def _constraints_of(target: Tokenizer, no_stutter: bool) -> tuple[OutputConstraint, ...]:
+def _constraints_of(target: Tokenizer, no_stutter: bool, no_loops: bool) -> tuple[OutputConstraint, ...]:
     """Built once per tokenizer and reused by every call: indexing a whole vocabulary takes longer
     than decoding a short sentence, and a server calls the search once per batch of requests. The
     constraints keep no state between searches."""
@@ -182,4 +208,6 @@ def _constraints_of(target: Tokenizer, no_stutter: bool) -> tuple[OutputConstrai
         constraints.append(valid_utf8)
     if no_stutter:
         constraints.append(NoStutter.for_tokenizer(target))
+    if no_loops:
+        constraints.append(NoLoop.for_tokenizer(target))
     return tuple(constraints)

@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, DecodeConfig, config_from_dict
+from attn_cli.data.lengths import LengthModel
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.engine import Capabilities, Searcher
 from attn_cli.decoding.glossary import TokenTerm
@@ -80,6 +81,7 @@ class CTranslate2Engine:
     adds_source_eos: bool = True  # CTranslate2 ends each source with EOS itself (exports before it did not)
     seeded: bool = False
     capabilities: Capabilities = CAPABILITIES
+    lengths: Optional[LengthModel] = None  # the training pairs' lengths, when the export kept them
 
     @property
     def paths(self) -> list[Path]:

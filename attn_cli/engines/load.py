@@ -55,7 +55,11 @@ def load_checkpoints(paths: Sequence[Path], device: str, threads: Optional[int] 
     loaded = [load_checkpoint(path, resolved) for path in paths]
     require_shared_tokenizers([(str(path), checkpoint.tokenizers) for path, checkpoint in zip(paths, loaded)])
     return TorchEngine(
-        [checkpoint.model for checkpoint in loaded], loaded[0].tokenizers, [c.config for c in loaded], paths
+        [checkpoint.model for checkpoint in loaded],
+        loaded[0].tokenizers,
+        [c.config for c in loaded],
+        paths,
+        loaded[0].lengths,
     )
 
 

@@ -14,6 +14,7 @@ import torch
 
 from attn_cli.config import Config, DecodeConfig
 from attn_cli.data.collate import padded_sources
+from attn_cli.data.lengths import LengthModel
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.attention_view import collect_attention
 from attn_cli.decoding.beam import beam_search
@@ -38,10 +39,12 @@ class TorchEngine:
         tokenizers: Tokenizers,
         configs: Sequence[Config],
         paths: Sequence[Path] = (),
+        lengths: Optional[LengthModel] = None,
     ):
         if not models or len(models) != len(configs):
             raise ValueError("give each model its config")
         self.models, self.tokenizers, self.config, self.paths = list(models), tokenizers, configs[0], list(paths)
+        self.lengths = lengths  # the (first) model's training pairs' lengths; None when not known
         self.ensemble = Ensemble(self.models)
         self.max_source_tokens = min(config.model.max_sequence_tokens for config in configs)
         self.max_target_tokens = self.ensemble.max_target_tokens
@@ -61,7 +64,7 @@ class TorchEngine:
         search = _Search(
             self.model,
             options,
-            SearchSettings.of(options, output_constraints(self.tokenizers.target, options)),
+            SearchSettings.of(options, output_constraints(self.tokenizers.target, options), self.lengths),
             generator,
             lambda: word_continuations(self.tokenizers.target, self.config.data.tgt_lang),
         )

@@ -12,7 +12,7 @@ import torch
 
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.hypothesis import Hypothesis, length_penalty
-from attn_cli.decoding.search import output_limits
+from attn_cli.decoding.search import SearchSettings, output_bounds
 from attn_cli.vocab import BOS_ID, EOS_ID
 
 
@@ -42,7 +42,8 @@ def reference_beam_search(
     model = Ensemble.of(model)
     src = src_row[None]
     encoded = model.encode(src)
-    limit = int(output_limits(model.max_target_tokens, src, max_len_a, max_len_b, len(prefix))[0])
+    settings = SearchSettings(max_len_a=max_len_a, max_len_b=max_len_b)
+    limit = int(output_bounds(model.max_target_tokens, src, settings, len(prefix))[1][0])
     beam = [(list(prefix), 0.0)]  # (tokens so far, summed log-probability)
     finished: list[Hypothesis] = []
     for step in range(limit + 1):
@@ -139,7 +140,8 @@ def reference_constrained_search(
     model = Ensemble.of(model)
     src = src_row[None]
     encoded = model.encode(src)
-    limit = int(output_limits(model.max_target_tokens, src, max_len_a, max_len_b, len(prefix))[0])
+    settings = SearchSettings(max_len_a=max_len_a, max_len_b=max_len_b)
+    limit = int(output_bounds(model.max_target_tokens, src, settings, len(prefix))[1][0])
     kept = [tuple(tuple(a) for a in term) for term in terms]
     while _PlainTerms(kept).needed(list(prefix)) > limit:
         longest = max(range(len(kept)), key=lambda t: (min(len(a) for a in kept[t]), t))
