@@ -1,5 +1,6 @@
 """attn export: a CTranslate2 model directory that decodes like attn's own search."""
 
+import dataclasses
 import shutil
 import sys
 
@@ -126,25 +127,64 @@ def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, requ
 
     run = request.getfixturevalue(which)
     loaded = load_checkpoint(run / "checkpoints" / "best.pt")
-    export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32")
+    export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32", loaded.lengths)
     exported = load_exported(tmp_path / "exported", threads=1)
     sentences = [
         line for split in ("test", "valid") for line in (run / "data" / f"{split}.en").read_text().splitlines()
     ]
-    engine = TorchEngine([loaded.model], loaded.tokenizers, [loaded.config])
+    engine = TorchEngine([loaded.model], loaded.tokenizers, [loaded.config], lengths=loaded.lengths)
     assert engine.max_source_tokens == exported.max_source_tokens  # long inputs are split alike
-    for options in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=2)):
+    assert exported.lengths.counts.tolist() == loaded.lengths.counts.tolist()  # and bounded alike
+    # no_loops off: attn's search keeps loops out as it goes, CTranslate2 by decoding a looping
+    # sentence again. With learned lengths, CTranslate2 forbids an early EOS before its softmax and
+    # attn after it (its scores stay the model's log-probabilities): greedy search writes the same
+    # tokens with other scores, and a beam, which ranks by those scores, may choose otherwise.
+    for beam, learned in ((1, False), (1, True), (4, False)):
+        options = DecodeConfig(beam_size=beam, n_best=min(beam, 2), no_loops=False, learned_lengths=learned)
         ours = translate(engine, sources_of(sentences), options)
         theirs = translate(exported, sources_of(sentences), options)
         same = sum(o.candidates[0].tokens == t.candidates[0].tokens for o, t in zip(ours, theirs))
-        if options.beam_size == 1:
+        if beam == 1:
             assert same == len(sentences)
-            assert [t.candidates[0].score for t in theirs] == pytest.approx(
-                [o.candidates[0].score for o in ours], abs=1e-3
-            )
+            if not learned:
+                assert [t.candidates[0].score for t in theirs] == pytest.approx(
+                    [o.candidates[0].score for o in ours], abs=1e-3
+                )
         else:
             assert same >= 0.95 * len(sentences), f"{len(sentences) - same} of {len(sentences)} best hypotheses differ"
             assert all(len(t.candidates) == 2 and t.candidates[0].score >= t.candidates[1].score for t in theirs)
+
+
+def test_an_export_decodes_a_looping_sentence_again_without_the_loop(served_checkpoint, tmp_path):
+    """On a random model, which mostly writes the same few tokens over and over."""
+    from support.serving import SENTENCES
+
+    from attn_cli.checkpoint import load_checkpoint
+    from attn_cli.decoding.loops import repeatable_tokens, token_loop
+
+    loaded = load_checkpoint(served_checkpoint)
+    export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32")
+    exported = load_exported(tmp_path / "exported", threads=1)
+    repeatable = repeatable_tokens(loaded.tokenizers.target.piece_texts())
+    sentences = SENTENCES * 2
+    for beam in (1, 4):
+        options = DecodeConfig(beam_size=beam, no_loops=False, learned_lengths=False)
+        free = translate(exported, sources_of(sentences), options)
+        looping = [
+            t
+            for t in free
+            if token_loop([loaded.tokenizers.target.piece_to_id(p) for p in t.candidates[0].tokens], repeatable)
+        ]
+        assert looping, "the tiny model loops on some sentences, so the rule was tried"
+        guarded = translate(exported, sources_of(sentences), dataclasses.replace(options, no_loops=True))
+        for before, after in zip(free, guarded):
+            assert not token_loop(_ids(loaded, after), repeatable)
+            if before not in looping:
+                assert after.text == before.text, "a sentence that did not loop is left as it was"
+
+
+def _ids(loaded, translation) -> list[int]:
+    return [loaded.tokenizers.target.piece_to_id(piece) for piece in translation.candidates[0].tokens]
 
 
 def test_the_exported_directory_translates_on_its_own(trained_run, tmp_path):

@@ -90,7 +90,7 @@ def export(
             f"argostranslate.package.install_from_path({str(output)!r})"
         )
         return
-    export_model(loaded.config, loaded.tokenizers, loaded.model, output, quantization)
+    export_model(loaded.config, loaded.tokenizers, loaded.model, output, quantization, loaded.lengths)
     tell(f"exported {path} ({quantization}) to {output}; translate with `attn translate --model {output}`")
 
 

@@ -9,24 +9,31 @@ span of up to `LONGEST_SPAN` tokens. Spans of digits and spaces alone (1000000) 
 `no_stutter` leaves them. The search stays exact over the outputs without such a loop.
 
 `loops` counts what a reader sees, on text: a span of at least `SHORTEST_LOOP` characters three
-times back to back, whatever tokens wrote it.
+times back to back, whatever tokens wrote it. `token_loop` finds a loop in a finished output: the
+CTranslate2 engine, whose search runs on its own, decodes such a sentence again under its nearest
+rule. This module imports no torch (the rule works on the tensors the search gives it).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from attn_cli.data.tokenizer import Tokenizer
-from attn_cli.decoding.stutter import counts_as_unit
+    from attn_cli.data.tokenizer import Tokenizer
 
 LONGEST_SPAN = 16  # tokens: longer cycles are rare, and each span length costs a comparison per step
 REPEATS = 3
 SHORTEST_LOOP = 3  # characters: what `loops` counts (shorter units are stutter, decoding/stutter.py)
 _LOOP = re.compile(rf"(.{{{SHORTEST_LOOP},}}?)\1{{{REPEATS - 1},}}", re.DOTALL)
+
+
+def counts_as_unit(unit: str) -> bool:
+    """Whether a repeated `unit` of text is a defect: digits (10000) and spaces repeat as a matter of course."""
+    return not (unit.isdigit() or unit.isspace())
 
 
 def loops(text: str) -> bool:
@@ -41,8 +48,8 @@ class NoLoop:
     rule = "decode.no_loops"  # how a message names it
 
     def __init__(self, piece_texts: Sequence[Optional[str]]):
-        # Per id: whether a span of such tokens alone may repeat (its text is digits or spaces).
-        self.repeatable = torch.tensor([bool(text) and not counts_as_unit(text) for text in piece_texts])
+        self.repeatable = repeatable_tokens(piece_texts)
+        self._repeatable_on: dict = {}  # the same as a tensor, per device
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> "NoLoop":
@@ -53,7 +60,9 @@ class NoLoop:
         (rows, L) is each row's BOS, prefix and searched tokens; `steps_left` is not needed here."""
         tokens = history[:, 1:]  # without BOS
         length = tokens.shape[1]
-        repeatable = self.repeatable.to(tokens.device)
+        repeatable = self._repeatable_on.get(tokens.device)
+        if repeatable is None:
+            repeatable = self._repeatable_on[tokens.device] = tokens.new_tensor(self.repeatable).bool()
         for span in range(1, min(LONGEST_SPAN, (length + 1) // REPEATS) + 1):
             # The next token t completes three copies of a span of `span` tokens when the last
             # 3 * span - 1 tokens and t repeat with period `span`: t must equal tokens[-span], and
@@ -65,3 +74,20 @@ class NoLoop:
             if rows.numel():
                 log_probs[rows, tokens[rows, length - span]] = float("-inf")
         return log_probs
+
+
+def repeatable_tokens(piece_texts: Sequence[Optional[str]]) -> list[bool]:
+    """Per id: whether a span of such tokens alone may repeat (its text is digits or spaces)."""
+    return [bool(text) and not counts_as_unit(text) for text in piece_texts]
+
+
+def token_loop(tokens: Sequence[int], repeatable: Sequence[bool]) -> bool:
+    """Whether a span of 1 to `LONGEST_SPAN` tokens, not all `repeatable`, comes three times back to
+    back anywhere in `tokens`: what `NoLoop` keeps out of a search."""
+    tokens = list(tokens)
+    for end in range(REPEATS, len(tokens) + 1):
+        for span in range(1, min(LONGEST_SPAN, end // REPEATS) + 1):
+            unit = tokens[end - span : end]
+            if tokens[end - REPEATS * span : end] == unit * REPEATS and not all(repeatable[t] for t in unit):
+                return True
+    return False

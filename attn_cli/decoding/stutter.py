@@ -20,16 +20,12 @@ from typing import Optional, Sequence
 import torch
 
 from attn_cli.data.tokenizer import Tokenizer
+from attn_cli.decoding.loops import counts_as_unit
 
 LONGEST_UNIT = 4
 REPEATS = 3
 _LONGEST_STUTTER = LONGEST_UNIT * REPEATS
 _STUTTER = re.compile(rf"(.{{1,{LONGEST_UNIT}}}?)\1{{{REPEATS - 1},}}", re.DOTALL)
-
-
-def counts_as_unit(unit: str) -> bool:
-    """Whether a repeated `unit` is stutter: digits (10000) and spaces are not."""
-    return not (unit.isdigit() or unit.isspace())
 
 
 def stutters(text: str) -> bool:

@@ -2,14 +2,16 @@
 Translator, and the layout of that directory, which `attn export` writes and this engine reads.
 
 The searcher decodes a batch of parts as attn's own searches do, so the rest of the translation path
-(long inputs, batching, n-best, output formats) is shared: the same output limits per sentence
-(a * source length + b tokens), padding and BOS never emitted, empty translations allowed, and
-hypotheses ranked with attn's GNMT length penalty. CTranslate2's own penalty (log P / length^alpha)
+(long inputs, batching, n-best, output formats) is shared: the same output bounds per sentence
+(at most a * source length + b tokens, and within the training pairs' lengths when the export kept
+them), padding and BOS never emitted, empty translations allowed, and hypotheses ranked with attn's
+GNMT length penalty. CTranslate2's own penalty (log P / length^alpha)
 is a different formula, so its beam is asked for raw log-probabilities (`length_penalty=0`) and all
 of its finished hypotheses, which are then ranked here. Its beam stops once beam_size hypotheses
 have finished, attn's once no live one can beat them: on a trained model the two agree
 (docs/decoding.md). It forces no prefix, places no terms, gives no attention, and keeps attn's
-output rules only as far as CTranslate2's own options reach (`Capabilities`).
+output rules only as far as CTranslate2's own options reach (`Capabilities`): a sentence whose
+output loops (decode.no_loops) is decoded again with CTranslate2's `no_repeat_ngram_size`.
 
 Imports neither torch nor the model: a command that decodes with an export starts in a fraction of
 the time a checkpoint takes.
@@ -17,6 +19,7 @@ the time a checkpoint takes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,11 +36,17 @@ from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.engine import Capabilities, Searcher
 from attn_cli.decoding.glossary import TokenTerm
 from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.loops import repeatable_tokens, token_loop
 from attn_cli.decoding.records import Part
 from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
 
 CONFIG_FILE = "attn.yaml"  # the run's config, beside CTranslate2's model.bin
+LENGTHS_FILE = "lengths.json"  # the training pairs' lengths (data/lengths.py), when the checkpoint kept them
+# decode.no_loops, as far as CTranslate2 allows: a looping output is decoded again with no token
+# bigram twice, which leaves no room for a third copy of any span. Stricter than the rule (a bigram
+# may well come twice in a sentence), so only the sentences that looped are decoded again.
+RETRY_NO_REPEAT_NGRAM = 2
 TOKENIZER_DIR = "tokenizer"
 # Sinusoidal positions have no end in attn; CTranslate2 needs a table, and this many rows is far
 # beyond what a sentence takes (a longer input is split before it reaches the model).
@@ -82,6 +91,7 @@ class CTranslate2Engine:
     seeded: bool = False
     capabilities: Capabilities = CAPABILITIES
     lengths: Optional[LengthModel] = None  # the training pairs' lengths, when the export kept them
+    _repeatable: Optional[list[bool]] = None  # per target id, whether it may repeat (decoding/loops.py)
 
     @property
     def paths(self) -> list[Path]:
@@ -112,26 +122,49 @@ class CTranslate2Engine:
 
     def search(self, sources: list[list[int]], options: DecodeConfig) -> list[list[Hypothesis]]:
         """The configured search over source ids (without EOS), each source's hypotheses best first."""
-        limits = [self._limit(len(ids), options) for ids in sources]
+        bounds = [self._bounds(len(ids), options) for ids in sources]
         results: list[list[Hypothesis]] = [[] for _ in sources]
-        # CTranslate2 takes one length limit per call: sentences that share one go together.
-        order = sorted(range(len(sources)), key=lambda row: limits[row])
-        for limit, rows in groupby(order, key=lambda row: limits[row]):
+        # CTranslate2 takes one length floor and limit per call: sentences that share them go together.
+        order = sorted(range(len(sources)), key=lambda row: bounds[row])
+        for (floor, limit), rows in groupby(order, key=lambda row: bounds[row]):
             rows = list(rows)
             # CTranslate2 appends the EOS itself, unless the export predates that.
             given = [sources[row] if self.adds_source_eos else [*sources[row], EOS_ID] for row in rows]
             batch = [self.tokenizers.source.id_to_piece(ids) for ids in given]
-            for row, found in zip(rows, self._translate(batch, limit, options)):
+            for row, found in zip(rows, self._translate(batch, floor, limit, options)):
                 results[row] = found
+            if options.no_loops and not options.sample:
+                self._again_without_loops(results, rows, batch, floor, limit, options)
         return results
 
-    def _limit(self, source_length: int, options: DecodeConfig) -> int:
+    def _again_without_loops(self, results, rows, batch, floor: int, limit: int, options: DecodeConfig) -> None:
+        """Decode again, with no token bigram twice, the sentences of `rows` whose best output loops."""
+        if self._repeatable is None:
+            self._repeatable = repeatable_tokens(self.tokenizers.target.piece_texts())
+        looping = [
+            i for i, row in enumerate(rows) if results[row] and token_loop(results[row][0].tokens, self._repeatable)
+        ]
+        if not looping:
+            return
+        stricter = dataclasses.replace(options, no_repeat_ngram=RETRY_NO_REPEAT_NGRAM)
+        for i, found in zip(looping, self._translate([batch[i] for i in looping], floor, limit, stricter)):
+            results[rows[i]] = found
+
+    def _bounds(self, source_length: int, options: DecodeConfig) -> tuple[int, int]:
+        """(floor, limit) of an output's tokens, as attn's own search sets them (decoding/search.py)."""
+        limit = int(options.max_len_a * source_length) + options.max_len_b
+        floor = 0
+        if options.learned_lengths and self.lengths is not None:
+            shortest, longest = self.lengths.bounds([source_length])
+            floor, limit = int(shortest[0]), min(limit, int(longest[0]))
         # Capped where the exported position table ends (a learned one ends where attn's does; a
         # sinusoidal one, endless in attn, was written out to a fixed length), one row kept for the EOS.
-        limit = int(options.max_len_a * source_length) + options.max_len_b
-        return min(limit, position_rows(self.config) - 1)
+        limit = min(limit, position_rows(self.config) - 1)
+        return min(floor, limit), limit
 
-    def _translate(self, batch: list[list[str]], limit: int, options: DecodeConfig) -> list[list[Hypothesis]]:
+    def _translate(
+        self, batch: list[list[str]], floor: int, limit: int, options: DecodeConfig
+    ) -> list[list[Hypothesis]]:
         target = self.tokenizers.target
         never = [[piece] for piece in target.id_to_piece([PAD_ID, BOS_ID])]
         searching = dict(beam_size=options.beam_size, num_hypotheses=options.beam_size, length_penalty=0.0)
@@ -151,11 +184,12 @@ class CTranslate2Engine:
             searching = dict(beam_size=1, num_hypotheses=1, length_penalty=0.0)
         # A hypothesis that reaches the limit is one attn ends there with a forced EOS: CTranslate2
         # stops it without one, so the EOS's log-probability is added, to rank as in attn. And attn
-        # lets a translation be empty (EOS first), where CTranslate2's default minimum is one token.
+        # lets a translation be empty (EOS first) unless its floor says otherwise, where CTranslate2's
+        # default minimum is one token.
         results = self.translator.translate_batch(
             batch,
             max_decoding_length=limit,
-            min_decoding_length=0,
+            min_decoding_length=floor,
             max_input_length=0,
             return_scores=True,
             suppress_sequences=never,
@@ -228,7 +262,20 @@ def load_exported(directory: Path, device: str = "cpu", threads: int = 0) -> CTr
         translator = open_translator()
     except (RuntimeError, ValueError) as error:
         raise ExportError(f"CTranslate2 cannot load {directory}: {str(error).splitlines()[0]}") from None
-    return CTranslate2Engine(config, tokenizers, translator, directory, ctranslate2, open_translator, adds_source_eos)
+    engine = CTranslate2Engine(config, tokenizers, translator, directory, ctranslate2, open_translator, adds_source_eos)
+    engine.lengths = _lengths(directory)
+    return engine
+
+
+def _lengths(directory: Path) -> Optional[LengthModel]:
+    """The training pairs' lengths the export kept; None for an export of a checkpoint without them."""
+    path = directory / LENGTHS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return LengthModel.from_counts(np.array(json.loads(path.read_text(encoding="utf-8"))["counts"]))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ExportError(f"{path} is damaged: {str(error).splitlines()[0]}; export the model again") from None
 
 
 def _adds_source_eos(directory: Path) -> bool:

@@ -9,14 +9,24 @@ out as attn computes it (attn interleaves sin and cos; CTranslate2's built-in ta
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
 from attn_cli.config import Config, config_to_yaml
+from attn_cli.data.lengths import LengthModel
 from attn_cli.data.tokenizer import Tokenizer, Tokenizers
-from attn_cli.engines.ctranslate2 import CONFIG_FILE, TOKENIZER_DIR, ExportError, import_ctranslate2, position_rows
+from attn_cli.engines.ctranslate2 import (
+    CONFIG_FILE,
+    LENGTHS_FILE,
+    TOKENIZER_DIR,
+    ExportError,
+    import_ctranslate2,
+    position_rows,
+)
 from attn_cli.files import directory_built_whole, require_new_directory, write_whole
 from attn_cli.model import Transformer
 from attn_cli.vocab import BOS_ID, EOS_ID, UNK_ID
@@ -27,8 +37,16 @@ LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's
 EXPORTABLE_POSITIONS = ("sinusoidal", "learned")
 
 
-def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: Path, quantization: str) -> None:
-    """Write the model as a CTranslate2 directory at `output`, which must not exist or be empty.
+def export(
+    config: Config,
+    tokenizers: Tokenizers,
+    model: Transformer,
+    output: Path,
+    quantization: str,
+    lengths: Optional[LengthModel] = None,
+) -> None:
+    """Write the model as a CTranslate2 directory at `output`, which must not exist or be empty, with
+    its training pairs' `lengths` when known (they bound its outputs as they bound a checkpoint's).
     It is built beside `output` and renamed into place, so an interrupted export leaves nothing."""
     ctranslate2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
@@ -48,6 +66,8 @@ def export(config: Config, tokenizers: Tokenizers, model: Transformer, output: P
         spec.save(str(building))
         tokenizers.save(building / TOKENIZER_DIR)
         write_whole(building / CONFIG_FILE, config_to_yaml(config))
+        if lengths is not None:
+            write_whole(building / LENGTHS_FILE, json.dumps({"counts": lengths.counts.tolist()}) + "\n")
 
 
 def transformer_spec(config: Config, tokenizers: Tokenizers, model: Transformer, ctranslate2):
