@@ -160,25 +160,21 @@ def test_an_export_decodes_a_looping_sentence_again_without_the_loop(served_chec
     from support.serving import SENTENCES
 
     from attn_cli.checkpoint import load_checkpoint
-    from attn_cli.decoding.loops import repeatable_tokens, token_loop
+    from attn_cli.decoding.loops import LoopVocabulary, token_loop
 
     loaded = load_checkpoint(served_checkpoint)
     export(loaded.config, loaded.tokenizers, loaded.model, tmp_path / "exported", "float32")
     exported = load_exported(tmp_path / "exported", threads=1)
-    repeatable = repeatable_tokens(loaded.tokenizers.target.piece_texts())
+    vocabulary = LoopVocabulary.of(loaded.tokenizers.target.piece_texts())
     sentences = SENTENCES * 2
     for beam in (1, 4):
         options = DecodeConfig(beam_size=beam, no_loops=False, learned_lengths=False)
         free = translate(exported, sources_of(sentences), options)
-        looping = [
-            t
-            for t in free
-            if token_loop([loaded.tokenizers.target.piece_to_id(p) for p in t.candidates[0].tokens], repeatable)
-        ]
+        looping = [t for t in free if token_loop(_ids(loaded, t), vocabulary)]
         assert looping, "the tiny model loops on some sentences, so the rule was tried"
         guarded = translate(exported, sources_of(sentences), dataclasses.replace(options, no_loops=True))
         for before, after in zip(free, guarded):
-            assert not token_loop(_ids(loaded, after), repeatable)
+            assert not token_loop(_ids(loaded, after), vocabulary)
             if before not in looping:
                 assert after.text == before.text, "a sentence that did not loop is left as it was"
 

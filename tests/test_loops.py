@@ -11,22 +11,25 @@ from support.models import lively_model, random_source
 from attn_cli.data.lengths import LengthModel
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.greedy import greedy_search
-from attn_cli.decoding.loops import LONGEST_SPAN, NoLoop, loops
+from attn_cli.decoding.loops import LONGEST_SPAN, SHORTEST_LOOP, LoopVocabulary, NoLoop, loops, token_loop
 from attn_cli.decoding.search import SearchSettings, output_bounds
 from attn_cli.vocab import BOS_ID, EOS_ID
 
-# A vocabulary of 50 (the test models'): 4 special ids, then one-character texts, digits at ids 4-5.
-TEXTS = [None] * 4 + ["1", "2"] + [chr(ord("a") + i) for i in range(44)]
+# A vocabulary of 50 (the test models'): 4 special ids, digits at 4-5, texts of 1 to 3 characters
+# from 6 on (6, 7 and 8 one character each), and a byte piece without text at 49.
+TEXTS = [None] * 4 + ["1", "2"] + ["x", "y", "z"] + ["ab"[: 1 + i % 2] + chr(ord("c") + i) for i in range(40)] + [None]
 RULE = NoLoop(TEXTS)
 
 
 def loops_in_tokens(tokens: list[int]) -> bool:
-    """The plain definition: some span of 1..LONGEST_SPAN tokens, not digits alone, ends the output
-    three times back to back."""
+    """The plain definition: some span of 1..LONGEST_SPAN tokens, not digits alone, of 3 characters
+    or more, ends the output three times back to back."""
     for span in range(1, LONGEST_SPAN + 1):
         if len(tokens) >= 3 * span:
             unit = tokens[-span:]
-            if tokens[-3 * span :] == unit * 3 and not all(TEXTS[t] and TEXTS[t].isdigit() for t in unit):
+            written = sum(len(TEXTS[t]) if TEXTS[t] else 1 for t in unit)
+            repeatable = all(TEXTS[t] and TEXTS[t].isdigit() for t in unit)
+            if tokens[-3 * span :] == unit * 3 and not repeatable and written >= SHORTEST_LOOP:
                 return True
     return False
 
@@ -35,7 +38,7 @@ def test_no_loop_rules_out_exactly_the_tokens_that_would_complete_a_third_copy()
     generator = random.Random(0)
     histories = []
     for _ in range(300):
-        unit = [generator.choice([4, 5, 6, 7, 8]) for _ in range(generator.randint(1, 6))]
+        unit = [generator.choice([4, 5, 6, 7, 8, 9, 10, 49]) for _ in range(generator.randint(1, 6))]
         tail = unit * generator.randint(1, 3)
         tail = tail[: len(tail) - generator.randint(0, len(unit))]  # a copy cut anywhere
         histories.append([generator.randint(4, 49) for _ in range(generator.randint(0, 4))] + tail)
@@ -45,8 +48,15 @@ def test_no_loop_rules_out_exactly_the_tokens_that_would_complete_a_third_copy()
         banned = set(torch.isinf(log_probs[0]).nonzero().flatten().tolist())
         expected = {t for t in range(4, len(TEXTS)) if loops_in_tokens([*tokens, t])}
         assert banned == expected, tokens
+        assert token_loop([*tokens, *expected][: len(tokens) + 1], LoopVocabulary.of(TEXTS)) == bool(expected)
         found += bool(expected)
-    assert found > 50, "the histories held many loops about to close"
+    assert found > 30, "the histories held many loops about to close"
+    assert not banned_after([6, 6]) and banned_after([6, 7, 8] * 2 + [6, 7]) == {8}, "哈哈哈 is stutter's to judge"
+
+
+def banned_after(tokens: list[int]) -> set[int]:
+    log_probs = RULE.restrict(torch.zeros(1, len(TEXTS)), torch.tensor([[BOS_ID, *tokens]]), None)
+    return set(torch.isinf(log_probs[0]).nonzero().flatten().tolist())
 
 
 def test_loops_are_spans_of_three_characters_or_more_three_times_back_to_back():
@@ -59,7 +69,7 @@ def test_loops_are_spans_of_three_characters_or_more_three_times_back_to_back():
 
 
 def _looping_model(seed: int = 0):
-    """A random model drawn to a cycle of three tokens: left alone, it writes 6 7 8 6 7 8 ..."""
+    """A random model drawn to a cycle of three tokens: left alone, it writes xyzxyzxyz..."""
     model = lively_model(seed)
     for position in range(64):
         model.position_bias[position, 6 + position % 3] += 20.0

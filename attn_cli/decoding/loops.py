@@ -5,7 +5,8 @@ A model lost in a long input can fall into a cycle: it writes a phrase, and the 
 itself likelier again. `no_stutter` (decoding/stutter.py) sees units of 1 to 4 characters, however
 the tokenizer cut them; a loop is longer, and it is a cycle of the model's own tokens, so `NoLoop`
 works on tokens: at each step it rules out the one token that would complete the third copy of a
-span of up to `LONGEST_SPAN` tokens. Spans of digits and spaces alone (1000000) are left alone, as
+span of up to `LONGEST_SPAN` tokens that writes `SHORTEST_LOOP` characters or more (哈哈哈 and
+"!!!" are stutter's to judge). Spans of digits and spaces alone (1000000) are left alone, as
 `no_stutter` leaves them. The search stays exact over the outputs without such a loop.
 
 `loops` counts what a reader sees, on text: a span of at least `SHORTEST_LOOP` characters three
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -42,14 +44,30 @@ def loops(text: str) -> bool:
     return any(counts_as_unit(match.group(1)) for match in _LOOP.finditer(text))
 
 
+@dataclass(frozen=True)
+class LoopVocabulary:
+    """What the rule needs of each target id: whether a span of such tokens alone may repeat (its
+    text is digits or spaces), and how many characters it writes (a byte piece counts as one)."""
+
+    repeatable: tuple[bool, ...]
+    characters: tuple[int, ...]
+
+    @classmethod
+    def of(cls, piece_texts: Sequence[Optional[str]]) -> "LoopVocabulary":
+        return cls(
+            tuple(bool(text) and not counts_as_unit(text) for text in piece_texts),
+            tuple(len(text) if text else 1 for text in piece_texts),
+        )
+
+
 class NoLoop:
-    """The rule over one target vocabulary: which tokens may repeat (digits, spaces) is known per id."""
+    """The rule over one target vocabulary."""
 
     rule = "decode.no_loops"  # how a message names it
 
     def __init__(self, piece_texts: Sequence[Optional[str]]):
-        self.repeatable = repeatable_tokens(piece_texts)
-        self._repeatable_on: dict = {}  # the same as a tensor, per device
+        self.vocabulary = LoopVocabulary.of(piece_texts)
+        self._tables: dict = {}  # per device: (repeatable, characters) as tensors
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> "NoLoop":
@@ -60,34 +78,42 @@ class NoLoop:
         (rows, L) is each row's BOS, prefix and searched tokens; `steps_left` is not needed here."""
         tokens = history[:, 1:]  # without BOS
         length = tokens.shape[1]
-        repeatable = self._repeatable_on.get(tokens.device)
-        if repeatable is None:
-            repeatable = self._repeatable_on[tokens.device] = tokens.new_tensor(self.repeatable).bool()
+        if tokens.device not in self._tables:
+            self._tables[tokens.device] = (
+                tokens.new_tensor(self.vocabulary.repeatable).bool(),
+                tokens.new_tensor(self.vocabulary.characters),
+            )
+        repeatable, characters = self._tables[tokens.device]
         for span in range(1, min(LONGEST_SPAN, (length + 1) // REPEATS) + 1):
             # The next token t completes three copies of a span of `span` tokens when the last
             # 3 * span - 1 tokens and t repeat with period `span`: t must equal tokens[-span], and
             # each of the last 2 * span - 1 tokens the one `span` before it.
             recent = tokens[:, length - (2 * span - 1) :]  # (rows, 2 * span - 1)
             earlier = tokens[:, length - (3 * span - 1) : length - span]  # the same shifted by one span
-            looping = (recent == earlier).all(dim=1) & ~repeatable[tokens[:, length - span :]].all(dim=1)
+            unit = tokens[:, length - span :]  # (rows, span): the span that would repeat
+            looping = (
+                (recent == earlier).all(dim=1)
+                & ~repeatable[unit].all(dim=1)
+                & (characters[unit].sum(dim=1) >= SHORTEST_LOOP)
+            )
             rows = looping.nonzero().squeeze(1)
             if rows.numel():
                 log_probs[rows, tokens[rows, length - span]] = float("-inf")
         return log_probs
 
 
-def repeatable_tokens(piece_texts: Sequence[Optional[str]]) -> list[bool]:
-    """Per id: whether a span of such tokens alone may repeat (its text is digits or spaces)."""
-    return [bool(text) and not counts_as_unit(text) for text in piece_texts]
-
-
-def token_loop(tokens: Sequence[int], repeatable: Sequence[bool]) -> bool:
-    """Whether a span of 1 to `LONGEST_SPAN` tokens, not all `repeatable`, comes three times back to
-    back anywhere in `tokens`: what `NoLoop` keeps out of a search."""
+def token_loop(tokens: Sequence[int], vocabulary: LoopVocabulary) -> bool:
+    """Whether a span of 1 to `LONGEST_SPAN` tokens, of `SHORTEST_LOOP` characters or more and not
+    all repeatable, comes three times back to back anywhere in `tokens`: what `NoLoop` keeps out of
+    a search."""
     tokens = list(tokens)
     for end in range(REPEATS, len(tokens) + 1):
         for span in range(1, min(LONGEST_SPAN, end // REPEATS) + 1):
             unit = tokens[end - span : end]
-            if tokens[end - REPEATS * span : end] == unit * REPEATS and not all(repeatable[t] for t in unit):
+            if (
+                tokens[end - REPEATS * span : end] == unit * REPEATS
+                and not all(vocabulary.repeatable[t] for t in unit)
+                and sum(vocabulary.characters[t] for t in unit) >= SHORTEST_LOOP
+            ):
                 return True
     return False

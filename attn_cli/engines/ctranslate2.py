@@ -36,7 +36,7 @@ from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.engine import Capabilities, Searcher
 from attn_cli.decoding.glossary import TokenTerm
 from attn_cli.decoding.hypothesis import Hypothesis
-from attn_cli.decoding.loops import repeatable_tokens, token_loop
+from attn_cli.decoding.loops import LoopVocabulary, token_loop
 from attn_cli.decoding.records import Part
 from attn_cli.errors import UserError
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -91,7 +91,7 @@ class CTranslate2Engine:
     seeded: bool = False
     capabilities: Capabilities = CAPABILITIES
     lengths: Optional[LengthModel] = None  # the training pairs' lengths, when the export kept them
-    _repeatable: Optional[list[bool]] = None  # per target id, whether it may repeat (decoding/loops.py)
+    _loop_vocabulary: Optional[LoopVocabulary] = None  # what decode.no_loops needs of the target ids
 
     @property
     def paths(self) -> list[Path]:
@@ -139,10 +139,12 @@ class CTranslate2Engine:
 
     def _again_without_loops(self, results, rows, batch, floor: int, limit: int, options: DecodeConfig) -> None:
         """Decode again, with no token bigram twice, the sentences of `rows` whose best output loops."""
-        if self._repeatable is None:
-            self._repeatable = repeatable_tokens(self.tokenizers.target.piece_texts())
+        if self._loop_vocabulary is None:
+            self._loop_vocabulary = LoopVocabulary.of(self.tokenizers.target.piece_texts())
         looping = [
-            i for i, row in enumerate(rows) if results[row] and token_loop(results[row][0].tokens, self._repeatable)
+            i
+            for i, row in enumerate(rows)
+            if results[row] and token_loop(results[row][0].tokens, self._loop_vocabulary)
         ]
         if not looping:
             return
