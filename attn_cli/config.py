@@ -422,7 +422,7 @@ class DecodeConfig:
     no_stutter: bool = False  # no unit of 1-4 characters three times in a row (叔叔叔, 一座一座一座) in an output
     no_loops: bool = True  # no span of up to 16 tokens three times back to back (她就说她就说她就说) in an output
     learned_lengths: bool = True  # each output between the shortest and longest the training pairs make plausible
-    split_clauses: bool = False  # a source longer than the training sources translated clause by clause
+    split_clauses: bool = True  # a source longer than the training sources translated clause by clause
 
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.seed", self.seed)  # before the general check: its own range is narrower

@@ -52,11 +52,11 @@ def _engine(tokenizers, longest_source: int):
 def test_with_split_clauses_a_source_longer_than_the_training_sources_is_translated_in_clauses(tokenizers):
     engine = _engine(tokenizers, longest_source=6)
     text = "I am here, you are over there, and he is nowhere at all"
-    whole = split_sources(engine, sources_of([text]), DecodeConfig())[0]
+    whole = split_sources(engine, sources_of([text]), DecodeConfig(split_clauses=False))[0]
     split = split_sources(engine, sources_of([text]), DecodeConfig(split_clauses=True))[0]
     assert len(whole.parts) == 1 and len(split.parts) == 3
     assert [id for part in split.parts for id in part.ids] == list(whole.parts[0].ids)
-    assert [note.kind for note in split.notes] == ["clauses"]
+    assert [(note.kind, note.warning) for note in split.notes] == [("clauses", False)]
     # each clause is translated as the source it is, and the outputs joined
     options = DecodeConfig(beam_size=2, split_clauses=True, learned_lengths=False)
     (joined,) = translate(engine, sources_of([text]), options)

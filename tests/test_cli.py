@@ -565,13 +565,13 @@ def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporar
 
     original, saved_steps, saved = trainer.save_checkpoint, [], []
 
-    def checked_save(path, config, tokenizers, model, step, epoch, metrics, training_state):
+    def checked_save(path, config, tokenizers, model, step, epoch, metrics, training_state, lengths):
         if metrics:  # a validation's checkpoint: its line must be in the log already
             lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
             assert any(line.get("step") == step and "valid_loss" in line for line in lines), step
             saved_steps.append(step)
         saved.append((step, path.name))
-        return original(path, config, tokenizers, model, step, epoch, metrics, training_state)
+        return original(path, config, tokenizers, model, step, epoch, metrics, training_state, lengths)
 
     monkeypatch.setattr(trainer, "save_checkpoint", checked_save)
     # What kills in the middle of writes leave.

@@ -169,8 +169,8 @@ def stdin_batches(stream: TextIO, max_lines: int = 64) -> Iterator[list[str]]:
 
 class TranslationWriter:
     """Writes translations as text (one line each; with n-best, `input<TAB>score<TAB>text` lines) or
-    JSONL (`Translation.to_dict`, one object a line), and tells `warn` each translation's notes,
-    naming its line of `where` (a file, "stdin" or "argument")."""
+    JSONL (`Translation.to_dict`, one object a line), and tells `warn` each translation's notes
+    that are warnings, naming its line of `where` (a file, "stdin" or "argument")."""
 
     def __init__(self, out: TextIO, output_format: str, warn: Callable[[str], None], where: str | Path):
         if output_format not in OUTPUT_FORMATS:
@@ -182,7 +182,8 @@ class TranslationWriter:
         for translation in translations:
             self.count += 1
             for note in translation.notes:
-                self.warn(f"warning: {self.where} line {self.count}: {note.message}")
+                if note.warning:
+                    self.warn(f"warning: {self.where} line {self.count}: {note.message}")
             self.out.write(self._format(translation))
         self.out.flush()  # each batch as soon as it is done, so a reader at the other end of a pipe sees it
 

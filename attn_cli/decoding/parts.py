@@ -68,7 +68,7 @@ def _cut_notes(tokens: int, parts: list[Part], fitted: int) -> tuple[Note, ...]:
     the parts it was cut into to fit), or that was translated clause by clause."""
     if len(parts) > max(fitted, 1):
         words = f"{tokens} tokens is longer than the training sources; translated in {len(parts)} clauses"
-        return (Note("clauses", words),)
+        return (Note("clauses", words, warning=False),)
     if len(parts) > 1:
         return (Note("split", f"{tokens} tokens is more than the model takes; translated in {len(parts)} parts"),)
     if parts and len(parts[0].ids) < tokens:

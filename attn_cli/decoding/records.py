@@ -44,6 +44,7 @@ class Note:
 
     kind: str  # "split" or "truncated" (a long input), "clauses" (decode.split_clauses), "unmet_terms"
     message: str
+    warning: bool = True  # told on stderr by `attn translate`; False: only in the JSON (what was asked for)
 
 
 @dataclass(frozen=True)
