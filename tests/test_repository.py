@@ -23,7 +23,9 @@ def test_the_development_set_shares_no_sentence_with_the_built_in_corpus():
 
     corpus = (REPO / "attn_cli" / "corpora" / "tatoeba-cmn-eng" / "cmn.txt.xz").read_bytes()
     english, chinese = set(), set()
-    for line in lzma.decompress(corpus).decode("utf-8").splitlines():
+    for line in lzma.decompress(corpus).decode("utf-8-sig").splitlines():
+        if "\t" not in line:
+            continue
         source, target = line.split("\t")[:2]
         english.add(source.strip())
         chinese.add(target.strip())
