@@ -55,11 +55,13 @@ def test_auto_source_and_alternatives_are_the_n_best(served):
     server, client = served
     best = reference(server, SENTENCES[:1], n_best=3, beam_size=5)[0]
     answer = client.post("/translate", json={"q": SENTENCES[0], "source": "auto", "target": "zh", "alternatives": 2})
-    assert answer.json() == {
+    detected = answer.json().pop("detectedLanguage")
+    assert answer.json() | {"detectedLanguage": detected} == {
         "translatedText": best.text,
         "alternatives": _texts(best)[1:3],
-        "detectedLanguage": {"confidence": 100.0, "language": "en"},
+        "detectedLanguage": detected,
     }
+    assert detected["language"] == "en" and 50 < detected["confidence"] <= 100
 
 
 def test_languages_and_detect(served):
@@ -68,7 +70,16 @@ def test_languages_and_detect(served):
         {"code": "en", "name": "English", "targets": ["zh"]},
         {"code": "zh", "name": "Chinese", "targets": []},
     ]
-    assert client.post("/detect", data={"q": "hello"}).json() == [{"confidence": 100.0, "language": "en"}]
+    (found,) = client.post("/detect", data={"q": "hello, how are you?"}).json()  # the served sources only
+    assert found["language"] == "en" and 50 < found["confidence"] <= 100
+    # A text in a language the server does not translate from is refused by name, to /detect and to auto.
+    for path, body in (
+        ("/detect", {"q": "你好，世界"}),
+        ("/translate", {"q": "你好，世界", "source": "auto", "target": "zh"}),
+    ):
+        refused = client.post(path, json=body)
+        assert refused.status_code == 400
+        assert "Chinese (zh" in refused.json()["error"] and "translates from English (en)" in refused.json()["error"]
 
 
 def test_html_keeps_tags_and_translates_the_text_between(served):
@@ -219,6 +230,20 @@ def test_the_page_and_the_api_docs_load_nothing_from_elsewhere(served):
         assert not re.search(r"fetch\(\s*[\"'`]https?:", served_file.text), name
 
 
+def _corpus_pairs(count: int = 300) -> list[tuple[str, str]]:
+    """Every 97th pair of the built-in corpus, `count` of them: sentences of every length."""
+    import lzma
+
+    from support.runs import REPO
+
+    lines = lzma.decompress((REPO / "attn_cli/corpora/tatoeba-cmn-eng/cmn.txt.xz").read_bytes()).decode("utf-8-sig")
+    pairs = [tuple(line.split("\t")[:2]) for line in lines.splitlines() if "\t" in line]
+    return pairs[::97][:count]
+
+
+CORPUS_PAIRS = _corpus_pairs()
+
+
 def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_path):
     """--run A --run B: each request goes to the model of its pair, and translates as that model alone."""
     import dataclasses as dc
@@ -243,13 +268,23 @@ def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_p
             ("en", ["zh"]),
             ("zh", ["en"]),
         ]
-        for source, target, model in (("en", "zh", 0), ("zh", "en", 1), ("auto", "en", 1)):
-            answer = client.post("/translate", json={"q": SENTENCES[0], "source": source, "target": target}).json()
+        chinese = "句子3号"
+        for text, source, target, model in (
+            (SENTENCES[0], "en", "zh", 0),
+            (chinese, "zh", "en", 1),
+            (chinese, "auto", "en", 1),  # detected as Chinese
+            (SENTENCES[0], "auto", "zh", 0),
+        ):
+            answer = client.post("/translate", json={"q": text, "source": source, "target": target}).json()
             assert (
                 answer["translatedText"]
-                == translate(loaded[model], [Source(SENTENCES[0])], loaded[model].config.decode)[0].text
+                == translate(loaded[model], [Source(text)], loaded[model].config.decode)[0].text
             )
         assert client.post("/translate", json={"q": "x", "source": "en", "target": "en"}).status_code == 400
+        # /detect tells the two served sources apart on the built-in corpus's sentences, short ones included
+        for column, language in ((0, "en"), (1, "zh")):
+            found = [client.post("/detect", json={"q": pair[column]}).json()[0]["language"] for pair in CORPUS_PAIRS]
+            assert found.count(language) >= 0.95 * len(found), (language, found.count(language))
         named = client.post("/v1/translate", json={"q": SENTENCES[0], "model": "zh-en"}).json()
         assert named["model"] == "zh-en"
         assert "several models" in client.post("/v1/translate", json={"q": SENTENCES[0]}).json()["error"]

@@ -2,9 +2,9 @@
 localisation tools, `libretranslatepy`) work unchanged: POST /translate, GET /languages,
 POST /detect, with JSON or form fields, answers in its shapes and errors as {"error": "..."}.
 
-/detect answers the served source languages: an attn model translates from one language, so
-"detection" is which of the served sources the text is for, each at equal confidence when several
-are served (attn has no language identifier).
+/detect and `source: auto` detect the text's language among the languages the served models read
+and write (serving/detection.py): a text in a language no served model translates from is a 400
+that names the served sources.
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ async def translate(request: Request) -> JSONResponse:
     if alternatives:
         others = [translated.alternatives(index)[1:] for index in range(len(texts))]
         answer["alternatives"] = others if is_list else others[0]
-    if source == "auto":
-        detected = [{"confidence": 100.0, "language": translated.model.source} for _ in texts]
+    if translated.detected is not None:
+        detected = [found.to_dict() for found in translated.detected]
         answer["detectedLanguage"] = detected if is_list else detected[0]
     return JSONResponse(answer)
 
@@ -118,6 +118,5 @@ async def detect(request: Request) -> JSONResponse:
     server = _server(request)
     fields = await request_fields(request)
     server.check_key(fields.get("api_key"))
-    texts_of(fields.get("q"))
-    sources = list(dict.fromkeys(model.source for model in server.models))
-    return JSONResponse([{"confidence": round(100.0 / len(sources), 1), "language": code} for code in sources])
+    texts, _ = texts_of(fields.get("q"))
+    return JSONResponse([found.to_dict() for found in server.detect(texts)])

@@ -1,7 +1,8 @@
 """The serving core that both APIs share: the served models with a model worker each, the limits
 every request is held to, the API keys, and one call from a `TranslationRequest` to translations.
 
-`Server.translate` does, once for every API: the key check, the choice of model, the decoding
+`Server.translate` does, once for every API: the key check, the source language of `source: auto`
+detected (serving/detection.py), the choice of model, the decoding
 options (validated by the same rule as the config; what a request leaves out keeps the model's
 value), the texts cut into sentences, the limits, what the engine refuses (in the request's field
 names), the sentences encoded into parts, the queue, and the answer's texts rebuilt.
@@ -10,10 +11,12 @@ names), the sentences encoded into parts, the queue, and the answer's texts rebu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from attn_cli import languages
 from attn_cli.config import ConfigError, DecodeConfig
 from attn_cli.decoding.engine import Wording, refusals
 from attn_cli.decoding.options import field_names, override_decode
@@ -21,6 +24,7 @@ from attn_cli.decoding.parts import split_sources
 from attn_cli.decoding.records import Source, Translation
 from attn_cli.errors import UserError
 from attn_cli.serving.batcher import Batcher, QueueFull
+from attn_cli.serving.detection import Detected, LanguageDetector
 from attn_cli.serving.errors import RequestError
 from attn_cli.serving.models import ServedModel, ServedModels
 from attn_cli.serving.request import TranslationRequest
@@ -68,6 +72,7 @@ class Translated:
     model: ServedModel
     texts: list[Text]
     sentences: list[list[Translation]]  # per text, its sentences' translations in order
+    detected: Optional[list[Detected]] = None  # with source "auto": each text's likeliest language
 
     def rebuilt(self, index: int, rank: int = 0) -> str:
         """Text `index` rebuilt from the `rank`-th candidate of each of its sentences (lines joined,
@@ -83,6 +88,7 @@ class Translated:
 class Server:
     def __init__(self, models: ServedModels, limits: Limits = Limits(), api_keys: Optional[frozenset[str]] = None):
         self.models, self.limits, self.api_keys = models, limits, api_keys
+        self.detector = LanguageDetector([code for model in models for code in (model.source, model.target)])
         self.batchers = {
             model.name: Batcher(
                 model.engine, limits.queue_sentences, limits.max_wait, limits.token_budget, batching=limits.batching
@@ -129,9 +135,14 @@ class Server:
         it waits, `connection` (the HTTP request, if any) is watched: a client that goes away cancels
         its work."""
         self.check_key(request.api_key)
+        texts = prepare_texts(request.texts, request.format, self.limits.max_characters, self.limits.max_sentences)
+        detected = None
+        if request.source == "auto":
+            written = [" ".join(text.sentences) for text in texts]
+            request = dataclasses.replace(request, source=self.detect(written)[0].language)
+            detected = [self.detector.detect(text)[0] for text in written]
         model = self.models.choose(request.model, request.source, request.target)
         options = self.decode_options(model, request.options)
-        texts = prepare_texts(request.texts, request.format, self.limits.max_characters, self.limits.max_sentences)
         sources = self._sources(request, texts)
         if request.attention and len(sources) > self.limits.max_attention_sentences:
             raise RequestError(
@@ -160,7 +171,22 @@ class Server:
         for text in texts:
             per_text.append(translations[start : start + len(text.sentences)])
             start += len(text.sentences)
-        return Translated(model, texts, per_text)
+        return Translated(model, texts, per_text, detected)
+
+    def detect(self, texts: Sequence[str]) -> list[Detected]:
+        """The served source languages, likeliest first for `texts` taken together; a RequestError
+        (400) when the likeliest of the server's languages is not one it translates from."""
+        sources = list(dict.fromkeys(model.source for model in self.models))
+        ranked = self.detector.detect(" ".join(texts))
+        same = languages.primary_subtag
+        if ranked and same(ranked[0].language) not in {same(code) for code in sources}:
+            found = ranked[0].language
+            served = ", ".join(f"{languages.name(code)} ({code})" for code in sources)
+            raise RequestError(
+                f"source: the text is in {languages.name(found)} ({found}, confidence {ranked[0].confidence:.0f}), "
+                f"and this server translates from {served}; send text in a served source language"
+            )
+        return [detected for detected in ranked if same(detected.language) in {same(code) for code in sources}]
 
     @staticmethod
     def _sources(request: TranslationRequest, texts: Sequence[Text]) -> list[Source]:
