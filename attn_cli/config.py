@@ -95,6 +95,8 @@ def _at_most(key: str, value: Optional[int | float], limit: int | float, why: st
         _fail(key, f"{value:,} is more than {limit:,}, the largest attn takes: {why}")
 
 
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # sampling's range: the logits divided by it stay finite
+
 # Upper limits of sizes that would otherwise end in an allocator's traceback, a library's, or the
 # out-of-memory killer; each far beyond what a translation model uses.
 MAX_VOCABULARY = 1_000_000
@@ -461,8 +463,14 @@ class DecodeConfig:
                 f"{path}.n_best",
                 mentions={"beam_size": f"{path}.beam_size"},
             )
-        if self.temperature <= 0:
-            _fail(f"{path}.temperature", f"{self.temperature} must be > 0")
+        if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            # Beyond these, dividing the logits overflows to inf or NaN: use beam_size 1 for the
+            # most likely token, and a high temperature for tokens drawn almost alike.
+            _fail(
+                f"{path}.temperature",
+                f"{self.temperature} must be between {MIN_TEMPERATURE} and {MAX_TEMPERATURE:g} (for the most likely "
+                f"token, decode without sampling)",
+            )
         if self.top_k < 0:
             _fail(f"{path}.top_k", f"{self.top_k} must be >= 0 (0 keeps every token)")
         if not 0.0 < self.top_p <= 1.0:

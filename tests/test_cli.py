@@ -639,3 +639,11 @@ def test_a_refusal_in_the_moment_before_the_holder_writes_its_pid_still_names_it
             with run_directory_lock(RunPaths.of(tmp_path)):
                 pass
         writer.join()
+
+
+@pytest.mark.parametrize("command, extra", [(["serve"], "serve"), (["export"], "ct2"), (["import", "hf"], "hf")])
+def test_help_names_the_extra_to_install_whole(command, extra):
+    """Rich reads [serve] as markup unless it is escaped: the help must print it."""
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0
+    assert f'"attn-cli[{extra}]"' in result.output

@@ -356,3 +356,14 @@ def test_v1_sentences_are_the_lines_attn_translate_writes(served, served_checkpo
     assert answer.status_code == 200, answer.text
     assert answer.json()["translations"][0]["sentences"] == written
     assert any(line.get("terms") for line in written) and any(line.get("prefix") for line in written)
+
+
+def test_frontend_settings_answer_what_libretranslate_web_front_ends_read(served):
+    server, client = served
+    settings = client.get("/frontend/settings").json()
+    assert settings["charLimit"] == server.limits.max_characters
+    assert (settings["apiKeys"], settings["keyRequired"]) == (False, False)
+    assert settings["language"] == {
+        "source": {"code": "en", "name": "English"},
+        "target": {"code": "zh", "name": "Chinese"},
+    }

@@ -51,7 +51,7 @@ def export(
     file is an Argos Translate package of the same model (its SentencePiece model, which must be
     joint, and a sentence splitter), to install with Python's
     argostranslate.package.install_from_path(FILE). Needs the ct2 extra:
-    pip install "attn-cli[ct2]".
+    pip install "attn-cli\\[ct2]".
 
     Example:
 
@@ -67,7 +67,7 @@ def export(
 
     With --format hf the directory loads with MarianMTModel.from_pretrained and
     transformers.pipeline("translation", DIR), and its README.md is a model card with the BLEU and
-    chrF measured on the run's test split (needs the hf extra: pip install "attn-cli[hf]"). Only
+    chrF measured on the run's test split (needs the hf extra: pip install "attn-cli\\[hf]"). Only
     post-LN models with model.sinusoid_layout: halves and one vocabulary export: Marian has no other.
     """
     # torch and ctranslate2: imported when run, not for --help

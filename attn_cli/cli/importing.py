@@ -28,7 +28,7 @@ def import_hf(
 
     The run translates, evaluates, exports and serves with --run like a trained one, and
     train.init_from fine-tunes it on your corpus. Weights are read without running code from the
-    files (safetensors, or torch.load with weights_only). Needs the hf extra: pip install "attn-cli[hf]".
+    files (safetensors, or torch.load with weights_only). Needs the hf extra: pip install "attn-cli\\[hf]".
 
     Example:
 

@@ -47,7 +47,7 @@ def serve(
     attn's own API (POST /v1/translate with decoding options, scores, alignment and attention;
     GET /v1/models, GET /health; docs at /docs), and a page at / that translates and shows the
     three attentions. Each --run, --checkpoint or --model serves one language pair.
-    Needs the serve extra: pip install "attn-cli[serve]".
+    Needs the serve extra: pip install "attn-cli\\[serve]".
 
     Example:
 

@@ -148,6 +148,11 @@ class RequestGuard:
                 return await receive()  # after the body: the client's disconnect
 
             await self.app(scope, receiving, sending)
+        except Exception:
+            # Starlette's outermost handler answers an error that escaped the app, after this
+            # middleware: what it sends is a 500.
+            status[0] = status[0] or 500
+            raise
         finally:
             client = scope.get("client") or ("-", 0)
             milliseconds = (time.perf_counter() - started) * 1000

@@ -7,9 +7,10 @@ stays as it is), and with its character
 references read (`&amp;` is "&") and written again (`&` is `&amp;`). A run is translated on its own,
 so words that a tag cuts apart ("an <b>important</b> word") are translated as separate pieces.
 
-Broken markup is refused with where it is (line and column): a tag or comment that never closes, a
-script, style or code element without its end tag, an end tag that closes nothing. End tags that
-HTML lets one leave out (`<p>`, `<li>`, ...) may be left out.
+Broken markup is refused with where it is (line and column): a tag or comment that never closes, or
+a script, style or code element without its end tag, for the text after it cannot be told from
+markup. An end tag that closes nothing is kept as it is and ignored, as browsers and LibreTranslate
+do, and end tags that HTML lets one leave out (`<p>`, `<li>`, ...) may be left out.
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ def _end_of_element(document: str, tag: re.Match) -> int:
 
 
 def _track(document: str, tag: re.Match, open_elements: list[str]) -> None:
-    """Follow which elements are open; an end tag must close one of them (those between are closed
-    by it, as HTML's optional end tags allow)."""
+    """Follow which elements are open; an end tag closes the latest open element of its name (and
+    those opened after it, as HTML's optional end tags allow), or nothing when none is open."""
     closing, name, self_closing = tag.group(1), tag.group(2).lower(), tag.group(4)
     if not closing:
         if name not in VOID and not self_closing:
@@ -141,5 +142,5 @@ def _track(document: str, tag: re.Match, open_elements: list[str]) -> None:
     if name in VOID:
         return
     if name not in open_elements:
-        raise HtmlError(f"html: </{name}> at {_where(document, tag.start())} closes no open <{name}>; remove it")
+        return  # a stray end tag: kept as markup, as a browser would ignore it
     del open_elements[len(open_elements) - 1 - open_elements[::-1].index(name) :]

@@ -1,6 +1,7 @@
 """The LibreTranslate API, so that its clients (browser extensions, chat and forum software,
 localisation tools, `libretranslatepy`) work unchanged: POST /translate, GET /languages,
-POST /detect, with JSON or form fields, answers in its shapes and errors as {"error": "..."}.
+POST /detect and GET /frontend/settings, with JSON or form fields, answers in its shapes and errors
+as {"error": "..."}.
 
 /detect and `source: auto` detect the text's language among the languages the served models read
 and write (serving/detection.py): a text in a language no served model translates from is a 400
@@ -16,7 +17,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from attn_cli.serving.errors import RequestError
+from attn_cli.languages import name as language_name
+from attn_cli.serving.errors import RequestError, json_kind
 from attn_cli.serving.request import TranslationRequest
 from attn_cli.serving.server import Server
 from attn_cli.serving.texts import texts_of
@@ -50,8 +52,10 @@ async def request_fields(request: Request) -> dict[str, Any]:
         parsed = json.loads(text)
     except json.JSONDecodeError as error:
         raise RequestError(f"the body is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}")
+    except RecursionError:
+        raise RequestError("the body nests arrays or objects too deep to read; send a flat object of fields") from None
     if not isinstance(parsed, dict):
-        raise RequestError(f"the body must be a JSON object of fields, not {type(parsed).__name__}")
+        raise RequestError(f"the body must be a JSON object of fields, not {json_kind(parsed)}")
     fields.update(parsed)
     return fields
 
@@ -86,6 +90,9 @@ async def translate(request: Request) -> JSONResponse:
     texts, is_list = texts_of(fields.get("q"))
     source = _string(fields, "source", "auto")
     alternatives = _count(fields, "alternatives")
+    most = _server(request).limits.max_beam - 1  # the n-best list is the beam's: the best and the others
+    if alternatives > most:
+        raise RequestError(f"alternatives: {alternatives} is more than this server's {most}; ask for fewer")
     translated = await _server(request).translate(
         TranslationRequest(
             texts,
@@ -111,6 +118,30 @@ async def translate(request: Request) -> JSONResponse:
 @router.get("/languages", summary="The languages served (LibreTranslate)")
 async def languages(request: Request) -> JSONResponse:
     return JSONResponse(_server(request).models.languages())
+
+
+@router.get("/frontend/settings", summary="What a LibreTranslate web front end asks of a server (LibreTranslate)")
+async def frontend_settings(request: Request) -> JSONResponse:
+    """The settings LibreTranslate's web front ends read before they translate: the character limit
+    (a sentence's: longer lines are refused), whether keys are needed, and a first language pair."""
+    server = _server(request)
+    first = next(iter(server.models))
+    keys = server.api_keys is not None
+    return JSONResponse(
+        {
+            "charLimit": server.limits.max_characters,
+            "frontendTimeout": 500,  # milliseconds a front end waits after typing before it translates
+            "apiKeys": keys,
+            "keyRequired": keys,
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {
+                "source": {"code": first.source, "name": language_name(first.source)},
+                "target": {"code": first.target, "name": language_name(first.target)},
+            },
+        }
+    )
 
 
 @router.post("/detect", summary="The served source language of a text (LibreTranslate)")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from attn_cli.serving.errors import RequestError
+from attn_cli.serving.errors import RequestError, json_kind
 from attn_cli.serving.html import HtmlDocument, HtmlError, parse_html
 
 FORMATS = ("text", "html")
@@ -32,7 +32,10 @@ def texts_of(q: Any, field: str = "q") -> tuple[list[str], bool]:
         raise RequestError(f"{field}: an empty list; give at least one text to translate")
     if q is None:
         raise RequestError(f"{field}: missing; give the text to translate")
-    raise RequestError(f"{field}: expected a string or a list of strings, got {type(q).__name__}")
+    if isinstance(q, list):
+        number, item = next((n, item) for n, item in enumerate(q, start=1) if not isinstance(item, str))
+        raise RequestError(f"{field}: item {number} is {json_kind(item)}; give a string for each text")
+    raise RequestError(f"{field}: expected a string or a list of strings, got {json_kind(q)}")
 
 
 def check_text(text: str, field: str, max_characters: int) -> None:
