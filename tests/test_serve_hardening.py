@@ -13,7 +13,13 @@ from attn_cli.serving.app import create_app  # noqa: E402
 @pytest.fixture(scope="module")
 def served(served_checkpoint):
     server = server_of(
-        served_checkpoint, max_sentences=4, max_characters=50, max_body_bytes=4000, max_attention_sentences=2
+        served_checkpoint,
+        max_sentences=4,
+        max_characters=50,
+        max_body_bytes=4000,
+        max_attention_sentences=2,
+        max_terms=2,
+        max_prefix_characters=10,
     )
     with TestClient(create_app(server)) as client:
         yield server, client
@@ -41,6 +47,14 @@ BAD_REQUESTS = [
     ("v1 beam 0", "/v1/translate", b'{"q": "hi", "beam_size": 0}', JSON, 400, "beam_size"),
     ("v1 n-best above beam", "/v1/translate", b'{"q": "hi", "beam_size": 2, "n_best": 3}', JSON, 400, "n_best"),
     ("beam above the limit", "/v1/translate", b'{"q": "hi", "beam_size": 64}', JSON, 400, "beam_size: 64"),
+    ("an output of 100,000 tokens", "/v1/translate", b'{"q": "I love it", "max_len_b": 100000}', JSON, 400,
+     "max_len_b: 100000 is more than this server's 512"),
+    ("an output 50 times its source", "/v1/translate", b'{"q": "hi", "max_len_a": 50}', JSON, 400,
+     "max_len_a: 50 is more than this server's 4"),
+    ("a glossary too large", "/v1/translate",
+     b'{"q": "hi", "beam_size": 2, "glossary": [["a", "b"], ["c", "d"], ["e", "f"]]}', JSON, 400, "glossary: 3 terms"),
+    ("a prefix too long", "/v1/translate", b'{"q": "hi", "prefix": "abcdefghijkl"}', JSON, 400,
+     "prefix: 12 characters"),
     ("unknown pair", "/translate", b'{"q": "hi", "source": "fr", "target": "de"}', JSON, 400, "no model translates"),
     ("unknown model", "/v1/translate", b'{"q": "hi", "model": "../../etc/passwd"}', JSON, 400, "no model is named"),
     ("invalid UTF-8", "/translate", b'{"q": "\xff\xfe", "source": "en", "target": "zh"}', JSON, 400, "UTF-8"),

@@ -38,6 +38,14 @@ def serve(
     ),
     max_sentences: int = typer.Option(128, "--max-sentences", min=1, help="Sentences (lines) per request."),
     max_characters: int = typer.Option(2000, "--max-characters", min=1, help="Characters per sentence."),
+    max_beam: int = typer.Option(16, "--max-beam", min=1, help="The widest beam_size (and n_best) a request may ask."),
+    max_output_tokens: int = typer.Option(
+        512, "--max-output-tokens", min=1, help="The largest max_len_b a request may ask (output tokens)."
+    ),
+    max_attention_sentences: int = typer.Option(
+        16, "--max-attention-sentences", min=1, help="Sentences per request that asks for attention or alignment."
+    ),
+    max_terms: int = typer.Option(256, "--max-terms", min=0, help="Glossary terms per request."),
     queue: int = typer.Option(2048, "--queue", min=1, help="Sentences waiting per model before requests get 429."),
     timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation."),
     device: str = DeviceOption,
@@ -76,6 +84,10 @@ def serve(
     limits = Limits(
         max_sentences=max_sentences,
         max_characters=max_characters,
+        max_beam=max_beam,
+        max_output_tokens=max_output_tokens,
+        max_attention_sentences=max_attention_sentences,
+        max_terms=max_terms,
         timeout=timeout,
         queue_sentences=queue,
         max_wait=max_wait_ms / 1000,

@@ -57,6 +57,10 @@ class Limits:
     max_sentences: int = 128  # per request: lines of text, or HTML text runs
     max_characters: int = 2000  # per sentence
     max_beam: int = 16  # beam_size and n_best
+    max_output_tokens: int = 512  # max_len_b: the tokens an output may have beyond max_len_a x its source's
+    max_output_factor: float = 4.0  # max_len_a
+    max_terms: int = 256  # glossary terms per request
+    max_prefix_characters: int = 500  # per prefix
     max_attention_sentences: int = 16  # per request asking for attention or alignment: each is layers x heads x T^2
     timeout: float = 30.0  # seconds a request may wait for its translation
     queue_sentences: int = 2048  # sentences waiting per model: more are answered 429
@@ -125,9 +129,14 @@ class Server:
             options = override_decode(defaults, given)
         except ConfigError as error:
             raise RequestError(error.describe(field_names())) from None
-        for key in ("beam_size", "n_best"):
-            if getattr(options, key) > self.limits.max_beam:
-                raise RequestError(f"{key}: {getattr(options, key)} is more than this server's {self.limits.max_beam}")
+        for key, most in (
+            ("beam_size", self.limits.max_beam),
+            ("n_best", self.limits.max_beam),
+            ("max_len_b", self.limits.max_output_tokens),
+            ("max_len_a", self.limits.max_output_factor),
+        ):
+            if getattr(options, key) > most:
+                raise RequestError(f"{key}: {getattr(options, key):g} is more than this server's {most:g}")
         return options
 
     async def translate(self, request: TranslationRequest, connection: Any = None) -> Translated:
@@ -188,10 +197,14 @@ class Server:
             )
         return [detected for detected in ranked if same(detected.language) in {same(code) for code in sources}]
 
-    @staticmethod
-    def _sources(request: TranslationRequest, texts: Sequence[Text]) -> list[Source]:
+    def _sources(self, request: TranslationRequest, texts: Sequence[Text]) -> list[Source]:
         """Every sentence of the request's texts, with its prefix, the glossary and the attention flag."""
         sentences = [sentence for text in texts for sentence in text.sentences]
+        if len(request.glossary) > self.limits.max_terms:
+            raise RequestError(
+                f"glossary: {len(request.glossary)} terms, more than the {self.limits.max_terms} this server takes in "
+                f"one request; send the terms each request needs"
+            )
         prefixes = [""] * len(sentences)
         if isinstance(request.prefix, str):
             if request.format != "text":
@@ -203,6 +216,12 @@ class Server:
                     f"prefix: {len(request.prefix)} prefixes for {len(sentences)} sentences; give one per line"
                 )
             prefixes = list(request.prefix)
+        longest = max(prefixes, key=len, default="")
+        if len(longest) > self.limits.max_prefix_characters:
+            raise RequestError(
+                f"prefix: {len(longest)} characters, more than the {self.limits.max_prefix_characters} this server "
+                f"takes; shorten it"
+            )
         return [
             Source(sentence, prefix, request.glossary, request.attention)
             for sentence, prefix in zip(sentences, prefixes)
