@@ -274,3 +274,33 @@ def test_a_server_error_is_shown_on_the_page(server, driver):
     error = driver.find_element(By.ID, "error")
     WebDriverWait(driver, WAIT).until(lambda d: error.is_displayed())
     assert "beam_size: 99 is more than this server's 16" in error.text
+
+
+def test_a_hundred_pasted_lines_are_translated_without_attention_and_the_page_says_why(server, driver):
+    lines = [f"sentence number {i}" for i in range(100)]
+    driver.get(f"{server}/")
+    WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
+    # pasted, as a user would: one value set at once, not typed key by key
+    driver.execute_script("document.getElementById('source').value = arguments[0]", "\n".join(lines))
+    driver.find_element(By.ID, "translate").click()
+    WebDriverWait(driver, WAIT).until(lambda d: count(d, "#sentences .sentence") == 100)
+    assert not driver.find_element(By.ID, "error").is_displayed()
+    note = driver.find_element(By.ID, "attention-note")
+    assert note.is_displayed() and "up to 16 lines" in note.text and "these 100 lines" in note.text
+    # unticked, a short text is translated without attention too, and no note is needed
+    driver.find_element(By.ID, "show-attention").click()
+    driver.execute_script("document.getElementById('source').value = arguments[0]", "sentence number 7")
+    driver.find_element(By.ID, "translate").click()
+    WebDriverWait(driver, WAIT).until(lambda d: count(d, "#sentences .sentence") == 1)
+    assert not note.is_displayed() and not driver.find_element(By.ID, "attention-panel").is_displayed()
+
+
+def test_a_refused_request_leaves_no_older_translation_on_the_page(server, driver):
+    translate_on_page(driver, server, "sentence number 7")
+    wait_for_answer(driver)
+    set_number(driver, "beam-size", 99)
+    driver.find_element(By.ID, "translate").click()
+    error = driver.find_element(By.ID, "error")
+    WebDriverWait(driver, WAIT).until(lambda d: error.is_displayed())
+    assert not driver.find_element(By.ID, "output-panel").is_displayed()
+    assert count(driver, "#sentences .sentence") == 0

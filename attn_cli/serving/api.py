@@ -126,6 +126,10 @@ async def health(request: Request) -> dict:
     return {
         "status": "ok",
         "api_key_required": server.api_keys is not None,
+        "limits": {
+            "max_sentences": server.limits.max_sentences,
+            "max_attention_sentences": server.limits.max_attention_sentences,
+        },
         "models": {
             name: {"queued_sentences": batcher.queued_sentences, **vars(batcher.stats)}
             for name, batcher in server.batchers.items()

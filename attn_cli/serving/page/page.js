@@ -19,6 +19,7 @@ const SPECIAL = new Set(["<s>", "</s>", "<unk>", "<pad>"]);
 const state = {
   models: [], // GET /v1/models
   apiKeyRequired: false, // GET /health
+  maxAttentionSentences: 0, // GET /health: the most lines a request may ask attention for (0: unknown)
   busy: false,
   sentences: [], // the last answer's sentences, in order
   selected: -1, // index into state.sentences
@@ -69,6 +70,7 @@ async function loadServer() {
   try {
     const [health, listed] = await Promise.all([requestJSON("health"), requestJSON("v1/models")]);
     state.apiKeyRequired = Boolean(health.api_key_required);
+    state.maxAttentionSentences = (health.limits && health.limits.max_attention_sentences) || 0;
     $("api-key-field").hidden = !state.apiKeyRequired;
     state.models = listed.models || [];
   } catch (error) {
@@ -120,12 +122,22 @@ function requestBody(text) {
     n_best: Number($("n-best").value),
   };
   if (model) body.model = model.name;
-  // Alignment comes from the attention too, so a model without attention is asked for neither:
-  // the server refuses both for it.
-  if (model && model.attention) {
+  // Alignment comes from the attention too, so a model without attention is asked for neither
+  // (the server refuses both for it), and nor is a text of more lines than the server gives
+  // attention for in one request: it is translated without, and the note says so.
+  const lines = text.split("\n").length;
+  const tooMany = state.maxAttentionSentences > 0 && lines > state.maxAttentionSentences;
+  const wanted = model && model.attention && $("show-attention").checked;
+  if (wanted && !tooMany) {
     body.attention = true;
     body.alignment = true;
   }
+  const note = $("attention-note");
+  note.hidden = !(wanted && tooMany);
+  note.textContent = note.hidden
+    ? ""
+    : `Attention is shown for up to ${state.maxAttentionSentences} lines at a time: ` +
+      `these ${lines} lines are translated without it.`;
   if (state.apiKeyRequired) body.api_key = $("api-key").value;
   return body;
 }
@@ -155,6 +167,7 @@ async function translate() {
     setStatus(`${sentences.length} sentence${sentences.length === 1 ? "" : "s"} in ${seconds.toFixed(2)} s`);
   } catch (error) {
     setStatus("");
+    clearTranslation(); // the error is about this text: an older translation must not stand beside it
     showError(error.message);
   } finally {
     state.busy = false;
@@ -163,6 +176,15 @@ async function translate() {
 }
 
 // ---- the translation and its sentences ----------------------------------------------------------
+
+function clearTranslation() {
+  state.sentences = [];
+  state.selected = -1;
+  $("translation").textContent = "";
+  $("sentences").replaceChildren();
+  $("output-panel").hidden = true;
+  $("attention-panel").hidden = true;
+}
 
 function showTranslation(answer) {
   // One text was sent, so there is one translation: its sentences are the lines of the textarea.
