@@ -208,3 +208,45 @@ def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(served_checkpoin
     assert staying.json()["translatedText"] == reference(server, [SENTENCES[1]])[0].text
     stats = server.batchers["en-zh"].stats
     assert stats.cancelled == 1 and stats.sentences == 1, "the departed client's sentence was never decoded"
+
+
+def test_stopping_with_a_grace_ends_even_while_a_decode_is_stuck(served_checkpoint, monkeypatch):
+    """SIGTERM's last step: a worker stuck in a decode cannot keep the process from exiting."""
+    import threading
+    import time
+
+    from attn_cli.serving import batcher as batcher_module
+
+    server = server_of(served_checkpoint)
+    release, started = threading.Event(), threading.Event()
+
+    def stuck(engine, prepared, options):
+        started.set()
+        release.wait(30)  # a decode that will not end within the grace
+        return []
+
+    monkeypatch.setattr(batcher_module, "translate_prepared", stuck)
+
+    async def scenario():
+        server.start()
+        work = asyncio.ensure_future(server.translate(_request()))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        await asyncio.to_thread(server.stop, 0.5)
+        waited = time.monotonic() - began
+        work.cancel()
+        return waited
+
+    try:
+        waited = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert waited < 5, f"stop waited {waited:.1f} s for a stuck worker"
+    assert server.batchers["en-zh"]._thread.is_alive(), "the worker was still stuck: the grace ended the wait"
+
+
+def _request():
+    from attn_cli.serving.request import TranslationRequest
+
+    return TranslationRequest([SENTENCES[0]], source="en", target="zh")

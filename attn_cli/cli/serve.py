@@ -48,6 +48,9 @@ def serve(
     max_terms: int = typer.Option(256, "--max-terms", min=0, help="Glossary terms per request."),
     queue: int = typer.Option(2048, "--queue", min=1, help="Sentences waiting per model before requests get 429."),
     timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation."),
+    shutdown_grace: float = typer.Option(
+        10.0, "--shutdown-grace", min=0, help="Seconds SIGTERM gives accepted requests before the process exits."
+    ),
     device: str = DeviceOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
@@ -89,6 +92,7 @@ def serve(
         max_attention_sentences=max_attention_sentences,
         max_terms=max_terms,
         timeout=timeout,
+        shutdown_grace=shutdown_grace,
         queue_sentences=queue,
         max_wait=max_wait_ms / 1000,
         batching=batching,
@@ -103,7 +107,7 @@ def serve(
         host=host,
         port=port,
         access_log=False,  # one line per request is RequestGuard's
-        timeout_graceful_shutdown=int(timeout) + 5,  # SIGTERM: accepted requests are answered first
+        timeout_graceful_shutdown=max(1, round(shutdown_grace)),  # SIGTERM: accepted requests first, so long
         log_level="warning",
     )
     # uvicorn stops on SIGTERM or SIGINT once every accepted request is answered, then raises the
@@ -113,7 +117,7 @@ def serve(
         signal.signal(stop, lambda number, frame: stopped_by.append(number))
     uvicorn.Server(config).run()
     if stopped_by:
-        tell(f"stopped by {signal.Signals(stopped_by[0]).name}: every accepted request was answered")
+        tell(f"stopped by {signal.Signals(stopped_by[0]).name}")
 
 
 def _read_keys(path: Path) -> frozenset[str]:

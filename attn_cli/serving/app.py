@@ -37,12 +37,16 @@ PAGE_FILES = {
 }
 
 
+WORKER_GRACE = 2.0  # seconds, after the requests' grace, for the model workers to finish
+
+
 def create_app(server: Server, cors_origins: Optional[list[str]] = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         server.start()
         yield
-        await asyncio.to_thread(server.stop)  # after uvicorn answered every accepted request
+        # After uvicorn's grace for the accepted requests; a worker still decoding gets a little more.
+        await asyncio.to_thread(server.stop, WORKER_GRACE)
 
     app = FastAPI(
         title="attn serve",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -63,6 +64,7 @@ class Limits:
     max_prefix_characters: int = 500  # per prefix
     max_attention_sentences: int = 16  # per request asking for attention or alignment: each is layers x heads x T^2
     timeout: float = 30.0  # seconds a request may wait for its translation
+    shutdown_grace: float = 10.0  # seconds SIGTERM leaves accepted requests before the process exits
     queue_sentences: int = 2048  # sentences waiting per model: more are answered 429
     max_wait: float = 0.005  # seconds the worker waits for more requests to decode together
     token_budget: int = 4000  # source tokens decoded together
@@ -104,10 +106,13 @@ class Server:
         for batcher in self.batchers.values():
             batcher.start()
 
-    def stop(self) -> None:
-        """Answer every accepted request, then end the model workers."""
+    def stop(self, grace: Optional[float] = None) -> None:
+        """End the model workers once they have answered every accepted request, or after `grace`
+        seconds in all (None: no end): a decode still running then is abandoned with its daemon
+        thread, so that a stuck worker cannot keep the process from exiting."""
+        deadline = None if grace is None else time.monotonic() + grace
         for batcher in self.batchers.values():
-            batcher.stop()
+            batcher.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def check_key(self, key: Any) -> None:
         if self.api_keys is None:
