@@ -250,3 +250,46 @@ def _request():
     from attn_cli.serving.request import TranslationRequest
 
     return TranslationRequest([SENTENCES[0]], source="en", target="zh")
+
+
+def test_health_says_not_ready_while_a_worker_is_stuck_or_its_queue_is_nearly_full(served_checkpoint, monkeypatch):
+    import threading
+
+    from attn_cli.serving import batcher as batcher_module
+
+    release, started = threading.Event(), threading.Event()
+
+    def stuck(engine, prepared, options):
+        started.set()
+        release.wait(30)
+        return [None] * len(prepared)
+
+    monkeypatch.setattr(batcher_module, "translate_prepared", stuck)
+    server = server_of(served_checkpoint, timeout=0.3, queue_sentences=10)
+    body = {"q": SENTENCES[0], "source": "en", "target": "zh"}
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+            ready = await client.get("/health")
+            # nine sentences wait while the worker is stopped: nine-tenths of the queue
+            waiting = [asyncio.ensure_future(client.post("/translate", json=body)) for _ in range(9)]
+            while server.batchers["en-zh"].queued_sentences < 9:
+                await asyncio.sleep(0.01)
+            full = await client.get("/health")
+            server.start()
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.4)  # past the timeout in one decoding call
+            stuck_answer = await client.get("/health")
+            release.set()
+            await asyncio.gather(*waiting, return_exceptions=True)
+            server.stop(5)
+            return ready, full, stuck_answer
+
+    try:
+        ready, full, stuck_answer = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert ready.status_code == 200 and ready.json()["status"] == "ok"
+    assert full.status_code == 503 and "queue is full (9 of 10" in full.json()["reason"]
+    assert stuck_answer.status_code == 503 and "in one decoding call" in stuck_answer.json()["reason"]

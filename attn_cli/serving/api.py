@@ -13,6 +13,7 @@ import typing
 from typing import Literal, Optional, Union
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, create_model
 
 from attn_cli.config import DecodeConfig
@@ -120,11 +121,13 @@ async def models(request: Request) -> dict:
     return {"models": [model.describe() for model in _server(request).models]}
 
 
-@router.get("/health", summary="Whether the server is up, and its queues")
-async def health(request: Request) -> dict:
+@router.get("/health", summary="Whether the server can take work (503 when not), and its queues")
+async def health(request: Request) -> JSONResponse:
     server = _server(request)
-    return {
-        "status": "ok",
+    why = server.not_ready()
+    answer = {
+        "status": "ok" if why is None else "not ready",
+        **({"reason": why} if why else {}),
         "api_key_required": server.api_keys is not None,
         "limits": {
             "max_sentences": server.limits.max_sentences,
@@ -135,3 +138,4 @@ async def health(request: Request) -> dict:
             for name, batcher in server.batchers.items()
         },
     }
+    return JSONResponse(answer, status_code=200 if why is None else 503)

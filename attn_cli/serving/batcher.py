@@ -94,6 +94,7 @@ class Batcher:
         self._changed = threading.Condition()
         self._stopping = False
         self._last_group_size = 0  # jobs the last decoding call served: more than one means concurrent load
+        self.decoding_since: float | None = None  # time.monotonic() when the running call began; None: idle
         language = engine.config.data
         self._thread = threading.Thread(
             target=self._run, name=f"model-worker-{language.src_lang}-{language.tgt_lang}", daemon=True
@@ -184,6 +185,13 @@ class Batcher:
             return group
 
     def _decode(self, group: list[Job]) -> None:
+        self.decoding_since = time.monotonic()
+        try:
+            self._decode_group(group)
+        finally:
+            self.decoding_since = None
+
+    def _decode_group(self, group: list[Job]) -> None:
         """Decode the group in one call; if that fails, each job alone, so that a request whose
         decoding fails fails by itself (what a request can get wrong is refused before it is queued)."""
         if len(group) > 1:

@@ -114,6 +114,17 @@ class Server:
         for batcher in self.batchers.values():
             batcher.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
+    def not_ready(self) -> Optional[str]:
+        """Why the server cannot take work now, None when it can: a model worker stuck in one
+        decoding call past the request timeout, or a queue nine-tenths full."""
+        for name, batcher in self.batchers.items():
+            since = batcher.decoding_since
+            if since is not None and time.monotonic() - since > self.limits.timeout:
+                return f"the {name} worker has been in one decoding call for {time.monotonic() - since:.0f} s"
+            if batcher.queued_sentences >= 0.9 * batcher.capacity:
+                return f"the {name} queue is full ({batcher.queued_sentences} of {batcher.capacity} sentences)"
+        return None
+
     def check_key(self, key: Any) -> None:
         if self.api_keys is None:
             return
