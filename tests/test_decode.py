@@ -190,3 +190,26 @@ def test_hypotheses_sharing_a_source_give_the_logits_of_the_full_prefix(copies):
             full = model.decode(_hypothesis_targets(targets, sources, copies)[:, : step + 1], encoded)[:, -1]
             torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
     assert cache.layers[0].cross_keys.shape[0] == 2  # one row per source that stays
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_search_stops_between_steps_when_its_stop_check_says_so(beam):
+    from attn_cli.decoding.beam import beam_search
+    from attn_cli.decoding.engine import SearchStopped
+    from attn_cli.decoding.greedy import greedy_search
+
+    model, src = small_model(), random_source(2, 6)
+    asked = []
+
+    def stop_after_three() -> bool:
+        asked.append(True)
+        return len(asked) > 3
+
+    settings = SearchSettings(beam, max_len_a=0.0, max_len_b=50, exact_steps=20, stop=stop_after_three)
+    search = greedy_search if beam == 1 else beam_search
+    with pytest.raises(SearchStopped):
+        search(model, src, settings)
+    assert len(asked) == 4, "asked once before each step, and stopped at the first yes"
+    asked.clear()
+    done = search(model, src, SearchSettings(beam, max_len_a=0.0, max_len_b=50, exact_steps=3, stop=stop_after_three))
+    assert len(done) == 2 and len(asked) == 3, "a search that ends first is not stopped"

@@ -98,8 +98,8 @@ def test_a_request_that_fails_in_the_decoding_call_fails_alone(served_checkpoint
     bad = tuple(engine.tokenizers.prefixed(engine.tokenizers.source.encode([SENTENCES[1]]))[0])
     searcher = engine.searcher
 
-    def failing_searcher(options):
-        search = searcher(options)
+    def failing_searcher(options, stop=None):
+        search = searcher(options, stop)
 
         def failing(parts, terms=None):
             if any(part.ids == bad for part in parts):
@@ -220,7 +220,7 @@ def test_stopping_with_a_grace_ends_even_while_a_decode_is_stuck(served_checkpoi
     server = server_of(served_checkpoint)
     release, started = threading.Event(), threading.Event()
 
-    def stuck(engine, prepared, options):
+    def stuck(engine, prepared, options, **given):
         started.set()
         release.wait(30)  # a decode that will not end within the grace
         return []
@@ -259,7 +259,7 @@ def test_health_says_not_ready_while_a_worker_is_stuck_or_its_queue_is_nearly_fu
 
     release, started = threading.Event(), threading.Event()
 
-    def stuck(engine, prepared, options):
+    def stuck(engine, prepared, options, **given):
         started.set()
         release.wait(30)
         return [None] * len(prepared)
@@ -293,3 +293,44 @@ def test_health_says_not_ready_while_a_worker_is_stuck_or_its_queue_is_nearly_fu
     assert ready.status_code == 200 and ready.json()["status"] == "ok"
     assert full.status_code == 503 and "queue is full (9 of 10" in full.json()["reason"]
     assert stuck_answer.status_code == 503 and "in one decoding call" in stuck_answer.json()["reason"]
+
+
+def test_a_decode_whose_requests_all_timed_out_stops_between_steps(served_checkpoint):
+    """A model made never to end, asked for 512 tokens at beam 16 without learned lengths, would
+    search for several seconds. Once its only request times out, it stops at the next step, and a
+    short request sent after it is answered."""
+    import time
+
+    from attn_cli.vocab import EOS_ID
+
+    server = server_of(served_checkpoint, timeout=0.5)
+    model = server.models.named("en-zh").engine.models[0]
+    decode = model.decode
+
+    def never_ending(*args, **kwargs):
+        time.sleep(0.01)  # some 5 s for 512 steps
+        logits = decode(*args, **kwargs)
+        logits[..., EOS_ID] = float("-inf")
+        return logits
+
+    model.decode = never_ending
+    long_body = {"q": SENTENCES[0], "beam_size": 16, "max_len_b": 512, "learned_lengths": False, "no_loops": False}
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+            server.start()
+            try:
+                late = await client.post("/v1/translate", json=long_body)
+                server.limits = dataclasses.replace(server.limits, timeout=60)
+                began = time.monotonic()
+                model.decode = decode
+                short = await client.post("/v1/translate", json={"q": SENTENCES[1], "beam_size": 1})
+                return late, short, time.monotonic() - began
+            finally:
+                server.stop(10)
+
+    late, short, waited = asyncio.run(scenario())
+    assert late.status_code == 503
+    assert short.status_code == 200
+    assert server.batchers["en-zh"].stats.stopped == 1
+    assert waited < 5, f"the short request waited {waited:.1f} s behind a decode nobody wanted"

@@ -62,6 +62,7 @@ def run_beam(search: BeamState, ensemble: Ensemble, settings: SearchSettings) ->
     cache = ensemble.new_cache(hypotheses=beam_size)  # a sentence's k rows share its cross-attention keys
     steps = settings.exact_steps if exact else int(search.limits.max()) + 1  # + 1 for the EOS
     for step in range(steps):  # step: tokens searched so far, after the prefix
+        settings.check_stop()
         at_limit = rows_at_limit(step, search.limits, search.shortest_limit)
         if at_limit is not None:
             at_limit = at_limit.repeat_interleave(beam_size)

@@ -10,7 +10,7 @@ refuse alike. Imports nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
@@ -33,6 +33,13 @@ class Searcher(Protocol):
         """Each part's hypotheses, best first; with `terms` (each part's terms as token alternatives),
         a constrained search in which a part whose terms cannot be placed gets none."""
         ...
+
+
+StopCheck = Callable[[], bool]  # asked between a search's steps: True stops it (nobody waits for it)
+
+
+class SearchStopped(Exception):
+    """A search that its caller's `StopCheck` stopped between two steps."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,9 @@ class Engine(Protocol):
     max_target_tokens: Optional[int]  # the longest output it can write (None: no end)
     lengths: Optional[LengthModel]  # its training pairs' lengths (data/lengths.py); None when not known
 
-    def searcher(self, options: DecodeConfig) -> Searcher:
-        """The configured search, for the batches of one translation call (a seeded sample repeats)."""
+    def searcher(self, options: DecodeConfig, stop: Optional[StopCheck] = None) -> Searcher:
+        """The configured search, for the batches of one translation call (a seeded sample repeats);
+        it raises SearchStopped between steps once `stop` says so."""
         ...
 
     def attention(self, part: Part, tokens: Sequence[int]) -> Any:

@@ -81,6 +81,7 @@ def greedy_search(
         cache = ensemble.new_cache() if use_cache else None
         state = _GreedyState(encoded, floors, limits, prefix, scored)
         for step in range(steps):  # step: tokens searched so far, after the prefix
+            settings.check_stop()
             # The cache's first call takes BOS and the whole prefix at once; each later call, the last token.
             new_tokens = state.history[:, cache.steps :] if cache is not None else state.history
             at_limit = rows_at_limit(step, state.limits, shortest_limit)

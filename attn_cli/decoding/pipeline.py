@@ -28,7 +28,7 @@ from attn_cli.decoding.terms_pass import search_with_terms
 
 if TYPE_CHECKING:
     from attn_cli.config import DecodeConfig
-    from attn_cli.decoding.engine import Engine
+    from attn_cli.decoding.engine import Engine, StopCheck
 
 
 def translate(
@@ -40,10 +40,15 @@ def translate(
 
 
 def translate_prepared(
-    engine: Engine, prepared: Sequence[SourceParts], options: DecodeConfig, on_batch: Optional[OnBatch] = None
+    engine: Engine,
+    prepared: Sequence[SourceParts],
+    options: DecodeConfig,
+    on_batch: Optional[OnBatch] = None,
+    stop: Optional[StopCheck] = None,
 ) -> list[Translation]:
-    """Stages 2 to 4 for sources already split into parts (stage 1, `split_sources`)."""
-    return assemble(engine, prepared, decode(engine, prepared, options, on_batch).outputs, options)
+    """Stages 2 to 4 for sources already split into parts (stage 1, `split_sources`); `stop` is
+    asked between search steps (a server's worker: nobody waits for the result any more)."""
+    return assemble(engine, prepared, decode(engine, prepared, options, on_batch, stop).outputs, options)
 
 
 @dataclass
@@ -55,14 +60,18 @@ class Decoded:
 
 
 def decode(
-    engine: Engine, prepared: Sequence[SourceParts], options: DecodeConfig, on_batch: Optional[OnBatch] = None
+    engine: Engine,
+    prepared: Sequence[SourceParts],
+    options: DecodeConfig,
+    on_batch: Optional[OnBatch] = None,
+    stop: Optional[StopCheck] = None,
 ) -> Decoded:
     """Stages 2 and 3: decode every part of `prepared`, then search again with their terms the parts
     whose outputs lack some. `on_batch` counts a part with terms twice until the first search says
     whether it needs another."""
     parts = [part for source in prepared for part in source.parts]
     progress = Progress(on_batch, len(parts) + sum(1 for part in parts if part.terms))
-    search = engine.searcher(options)
+    search = engine.searcher(options, stop)
     first = decode_parts(parts, search, options.max_tokens, progress)
     return Decoded(first, search_with_terms(engine, parts, first, search, options, progress))
 

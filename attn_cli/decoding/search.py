@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional, Protocol
 
 import torch
 
+from attn_cli.decoding.engine import SearchStopped, StopCheck
 from attn_cli.decoding.loops import NoLoop
 from attn_cli.decoding.stutter import NoStutter
 from attn_cli.decoding.utf8 import Utf8Constraint
@@ -51,6 +52,11 @@ class SearchSettings:
     constraints: tuple[OutputConstraint, ...] = ()  # rules applied at every step (valid UTF-8, no stutter)
     exact_steps: Optional[int] = None  # benchmarks: force this many tokens after the prefix, EOS and rules off
     lengths: Optional[LengthModel] = None  # the training pairs' lengths: each output's plausible bounds
+    stop: Optional[StopCheck] = None  # asked before each step: True ends the search with SearchStopped
+
+    def check_stop(self) -> None:
+        if self.stop is not None and self.stop():
+            raise SearchStopped("the search was asked to stop")
 
     @property
     def restricts(self) -> bool:

@@ -33,7 +33,7 @@ import yaml
 from attn_cli.config import DEVICE_PATTERN, Config, ConfigError, DecodeConfig, config_from_dict
 from attn_cli.data.lengths import LengthModel
 from attn_cli.data.tokenizer import Tokenizers
-from attn_cli.decoding.engine import Capabilities, Searcher
+from attn_cli.decoding.engine import Capabilities, Searcher, SearchStopped, StopCheck
 from attn_cli.decoding.glossary import TokenTerm
 from attn_cli.decoding.hypothesis import Hypothesis
 from attn_cli.decoding.loops import LoopVocabulary, token_loop
@@ -105,10 +105,12 @@ class CTranslate2Engine:
     def max_target_tokens(self) -> Optional[int]:
         return position_rows(self.config) - 1  # one row kept for the EOS
 
-    def searcher(self, options: DecodeConfig) -> Searcher:
+    def searcher(self, options: DecodeConfig, stop: Optional[StopCheck] = None) -> Searcher:
         def search(
             parts: Sequence[Part], terms: Optional[Sequence[Sequence[TokenTerm]]] = None
         ) -> list[list[Hypothesis]]:
+            if stop is not None and stop():  # CTranslate2's own search cannot be stopped once begun
+                raise SearchStopped("the search was asked to stop")
             if terms is not None:
                 raise ValueError("CTranslate2 has no constrained search; check the engine's refusals first")
             if any(part.prefix for part in parts):  # never dropped without a word

@@ -5,6 +5,7 @@ engine can: prefixes, glossary terms, attention (one model), and the output rule
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
@@ -19,7 +20,7 @@ from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.decoding.attention_view import collect_attention
 from attn_cli.decoding.beam import beam_search
 from attn_cli.decoding.constrained import constrained_beam_search
-from attn_cli.decoding.engine import Capabilities, Searcher
+from attn_cli.decoding.engine import Capabilities, Searcher, StopCheck
 from attn_cli.decoding.ensemble import Ensemble
 from attn_cli.decoding.glossary import TokenTerm, word_continuations
 from attn_cli.decoding.greedy import greedy_search, sampler
@@ -58,13 +59,14 @@ class TorchEngine:
         """The one model, or the ensemble of several."""
         return self.models[0] if len(self.models) == 1 else self.ensemble
 
-    def searcher(self, options: DecodeConfig) -> Searcher:
+    def searcher(self, options: DecodeConfig, stop: Optional[StopCheck] = None) -> Searcher:
         device = self.ensemble.device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
+        settings = SearchSettings.of(options, output_constraints(self.tokenizers.target, options), self.lengths)
         search = _Search(
             self.model,
             options,
-            SearchSettings.of(options, output_constraints(self.tokenizers.target, options), self.lengths),
+            dataclasses.replace(settings, stop=stop),
             generator,
             lambda: word_continuations(self.tokenizers.target, self.config.data.tgt_lang),
         )

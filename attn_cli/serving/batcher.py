@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attn_cli.config import DecodeConfig
+from attn_cli.decoding.engine import SearchStopped
 from attn_cli.decoding.pipeline import translate_prepared
 from attn_cli.decoding.records import SourceParts, Translation
 
@@ -54,12 +55,21 @@ class Job:
         repeatable only when decoded alone, as `attn translate` would)."""
         return self.options == other.options and self.options.seed is None
 
-    def answer(self, result: list[Translation] | None = None, error: BaseException | None = None) -> None:
-        """Resolve the request's future from the worker thread (a no-op if it gave up waiting)."""
+    def answer(
+        self, result: list[Translation] | None = None, error: BaseException | None = None, dropped: bool = False
+    ) -> None:
+        """Resolve the request's future from the worker thread (a no-op if it gave up waiting);
+        `dropped`: cancel it, for a job whose decoding was stopped (no error for nobody to read)."""
 
         def resolve():
-            if not self.future.done():
-                self.future.set_exception(error) if error is not None else self.future.set_result(result)
+            if self.future.done():
+                return
+            if dropped:
+                self.future.cancel()
+            elif error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
 
         try:
             self.loop.call_soon_threadsafe(resolve)
@@ -73,7 +83,8 @@ class BatcherStats:
     sentences: int = 0
     calls: int = 0  # decoding calls: requests / calls is how many requests one call served
     refused: int = 0  # 429s
-    cancelled: int = 0
+    cancelled: int = 0  # jobs dropped before their decoding began
+    stopped: int = 0  # decoding calls stopped between steps: every job in them was cancelled
 
 
 class Batcher:
@@ -193,10 +204,15 @@ class Batcher:
 
     def _decode_group(self, group: list[Job]) -> None:
         """Decode the group in one call; if that fails, each job alone, so that a request whose
-        decoding fails fails by itself (what a request can get wrong is refused before it is queued)."""
+        decoding fails fails by itself (what a request can get wrong is refused before it is queued).
+        A call all of whose jobs are cancelled (timed out, or their clients gone) stops between two
+        search steps, and its memory goes with it."""
         if len(group) > 1:
             try:
                 results = self._translate_jobs(group)
+            except SearchStopped:
+                self._stopped(group)
+                return
             except Exception:
                 results = None
             if results is not None:
@@ -206,12 +222,21 @@ class Batcher:
         for job in group:
             try:
                 job.answer(self._translate_jobs([job])[0])
+            except SearchStopped:
+                self._stopped([job])
             except Exception as error:
                 job.answer(error=error)
 
+    def _stopped(self, jobs: list[Job]) -> None:
+        self.stats.stopped += 1
+        for job in jobs:
+            job.answer(dropped=True)
+
     def _translate_jobs(self, jobs: list[Job]) -> list[list[Translation]]:
         prepared = [source for job in jobs for source in job.prepared]
-        translations = translate_prepared(self.engine, prepared, jobs[0].options)
+        translations = translate_prepared(
+            self.engine, prepared, jobs[0].options, stop=lambda: all(job.cancelled for job in jobs)
+        )
         self.stats.calls += 1
         self.stats.sentences += len(prepared)
         results, start = [], 0
