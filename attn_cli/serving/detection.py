@@ -3,7 +3,7 @@
 py3langid (Lui and Baldwin's langid.py, its model shipped in the package: nothing is downloaded)
 classifies the text among the languages the server's models read or write, with probabilities
 normalised over them. Restricting it to those languages is what makes it right on short sentences
-("Wait for me." is French, and 别担心。 Japanese, to the unrestricted classifier): a server that
+(the unrestricted classifier takes "Wait for me." for Nigerian Pidgin): a server that
 translates English to Chinese is asked which of the two a text is in, and a Chinese text is then
 refused by name rather than translated as if it were English. A language outside the server's is
 reported as the nearest of its own.
@@ -53,7 +53,7 @@ class LanguageDetector:
                     "or give source",
                     501,
                 ) from None
-            identifier = LanguageIdentifier.from_pickled_model(MODEL_FILE, norm_probs=True)
+            identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
             supported = set(identifier.nb_classes)
             self._known = {primary_subtag(code): code for code in self.codes if primary_subtag(code) in supported}
             if len(self._known) >= 2:
