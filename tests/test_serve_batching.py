@@ -334,3 +334,19 @@ def test_a_decode_whose_requests_all_timed_out_stops_between_steps(served_checkp
     assert short.status_code == 200
     assert server.batchers["en-zh"].stats.stopped == 1
     assert waited < 5, f"the short request waited {waited:.1f} s behind a decode nobody wanted"
+
+
+def test_the_queue_counts_work_so_a_wide_beam_is_refused_at_once_when_full(served_checkpoint):
+    """Work is source tokens times beam: a second beam-16 request does not fit beside the first,
+    and is answered 429 at once, while a greedy one of the same sentence still does."""
+    server = server_of(served_checkpoint)
+    tokenizers = server.models.named("en-zh").engine.tokenizers
+    tokens = len(tokenizers.prefixed(tokenizers.source.encode([SENTENCES[0]]))[0]) + 1  # and its EOS
+    batcher = server.batchers["en-zh"]
+    batcher.work_capacity = 16 * tokens + tokens  # one wide request and one greedy, not two wide
+    wide = {"q": SENTENCES[0], "beam_size": 16, "n_best": 1}
+    greedy = {"q": SENTENCES[0], "beam_size": 1}
+    answers = asyncio.run(_send_while_stopped(server, [wide, wide, greedy], path="/v1/translate", queued=2))
+    assert [answer.status_code for answer in answers] == [200, 429, 200]
+    assert "units of work waiting" in answers[1].json()["error"]
+    assert batcher.queued_work == 0, "every answered job's work left the queue"

@@ -47,6 +47,12 @@ def serve(
     ),
     max_terms: int = typer.Option(256, "--max-terms", min=0, help="Glossary terms per request."),
     queue: int = typer.Option(2048, "--queue", min=1, help="Sentences waiting per model before requests get 429."),
+    queue_work: int = typer.Option(
+        120_000,
+        "--queue-work",
+        min=1,
+        help="Work waiting per model (source tokens x beam) before requests get 429.",
+    ),
     timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation."),
     shutdown_grace: float = typer.Option(
         10.0, "--shutdown-grace", min=0, help="Seconds SIGTERM gives accepted requests before the process exits."
@@ -94,6 +100,7 @@ def serve(
         timeout=timeout,
         shutdown_grace=shutdown_grace,
         queue_sentences=queue,
+        queue_work=queue_work,
         max_wait=max_wait_ms / 1000,
         batching=batching,
     )

@@ -11,8 +11,10 @@ It waits only while requests are concurrent, that is when its last call decoded 
 a lone client's request is decoded at once, with nobody to wait for, and under load jobs are
 already waiting.
 
-The queue holds at most `capacity` sentences: a request that would pass it is refused (`QueueFull`,
-answered 429) rather than letting memory grow. A job whose client went away or timed out is
+The queue holds at most `capacity` sentences and `work_capacity` units of work (a job's source
+tokens times its beam, what its decoding costs): a request that would pass either is refused at
+once (`QueueFull`, answered 429) rather than letting memory grow, or waiting past its timeout
+behind work the worker cannot finish in time. A job whose client went away or timed out is
 cancelled, and the worker skips it if it has not started it. Stopping answers every job already
 accepted before the thread ends.
 """
@@ -45,6 +47,7 @@ class Job:
     prepared: list[SourceParts]  # the request's sentences, encoded
     options: DecodeConfig
     tokens: int  # its source tokens: what the token budget counts
+    work: int  # its source tokens times its beam: what the queue's work capacity counts
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.monotonic)
@@ -95,8 +98,11 @@ class Batcher:
         max_wait: float = 0.005,
         token_budget: int = 4000,
         batching=True,
+        work_capacity: int = 120_000,
     ):
         self.engine, self.capacity, self.max_wait, self.token_budget = engine, capacity, max_wait, token_budget
+        self.work_capacity = work_capacity
+        self._queued_work = 0
         self.batching = batching  # False: one request per decoding call, the one-at-a-time baseline
         self.stats = BatcherStats()
         self._queue: deque[Job] = deque()
@@ -114,6 +120,10 @@ class Batcher:
     @property
     def queued_sentences(self) -> int:
         return self._queued_sentences
+
+    @property
+    def queued_work(self) -> int:
+        return self._queued_work
 
     def start(self) -> None:
         self._thread.start()
@@ -133,7 +143,8 @@ class Batcher:
         dropped if it has not started); a cancelled caller (its client went away) drops its job too."""
         loop = asyncio.get_running_loop()
         tokens = sum(len(part.ids) + 1 for source in prepared for part in source.parts)
-        job = Job(list(prepared), options, tokens, loop.create_future(), loop)
+        work = tokens * (1 if options.sample else options.beam_size) * (options.n_best if options.sample else 1)
+        job = Job(list(prepared), options, tokens, work, loop.create_future(), loop)
         self._put(job)
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
@@ -148,7 +159,15 @@ class Batcher:
                 raise QueueFull(
                     f"the queue is full ({self._queued_sentences} sentences waiting, room for {self.capacity})"
                 )
+            if self._queued_work and self._queued_work + job.work > self.work_capacity:
+                # An empty queue takes any one job: its limits were checked on arrival.
+                self.stats.refused += 1
+                raise QueueFull(
+                    f"the queue is full ({self._queued_work:,} units of work waiting, source tokens times beam; "
+                    f"room for {self.work_capacity:,})"
+                )
             self._queue.append(job)
+            self._queued_work += job.work
             self._queued_sentences += len(job.prepared)
             self._queued_tokens += job.tokens
             self.stats.requests += 1
@@ -184,6 +203,7 @@ class Batcher:
                 if job.cancelled or fits:
                     self._queued_sentences -= len(job.prepared)
                     self._queued_tokens -= job.tokens
+                    self._queued_work -= job.work
                     if job.cancelled:
                         self.stats.cancelled += 1
                         continue

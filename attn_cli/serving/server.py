@@ -66,6 +66,7 @@ class Limits:
     timeout: float = 30.0  # seconds a request may wait for its translation
     shutdown_grace: float = 10.0  # seconds SIGTERM leaves accepted requests before the process exits
     queue_sentences: int = 2048  # sentences waiting per model: more are answered 429
+    queue_work: int = 120_000  # source tokens x beam waiting per model: more are answered 429
     max_wait: float = 0.005  # seconds the worker waits for more requests to decode together
     token_budget: int = 4000  # source tokens decoded together
     batching: bool = True  # False: one request per decoding call
@@ -97,7 +98,12 @@ class Server:
         self.detector = LanguageDetector([code for model in models for code in (model.source, model.target)])
         self.batchers = {
             model.name: Batcher(
-                model.engine, limits.queue_sentences, limits.max_wait, limits.token_budget, batching=limits.batching
+                model.engine,
+                limits.queue_sentences,
+                limits.max_wait,
+                limits.token_budget,
+                batching=limits.batching,
+                work_capacity=limits.queue_work,
             )
             for model in models
         }
@@ -123,6 +129,8 @@ class Server:
                 return f"the {name} worker has been in one decoding call for {time.monotonic() - since:.0f} s"
             if batcher.queued_sentences >= 0.9 * batcher.capacity:
                 return f"the {name} queue is full ({batcher.queued_sentences} of {batcher.capacity} sentences)"
+            if batcher.queued_work >= 0.9 * batcher.work_capacity:
+                return f"the {name} queue is full ({batcher.queued_work:,} of {batcher.work_capacity:,} units of work)"
         return None
 
     def check_key(self, key: Any) -> None:
