@@ -46,7 +46,7 @@ def beam_search(
     check_n_best(settings)
     ensemble = Ensemble.of(model)
     prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
-    search = BeamState(ensemble, src, settings.beam_size, settings.length_penalty, floors, limits, prefix)
+    search = BeamState(ensemble, src, settings, floors, limits, prefix)
     return run_beam(search, ensemble, settings)
 
 
@@ -90,29 +90,28 @@ class BeamState:
         self,
         ensemble: Ensemble,
         src: torch.Tensor,
-        beam_size: int,
-        alpha: float,
+        settings: SearchSettings,
         floors: torch.Tensor,
         limits: torch.Tensor,
         prefix: torch.Tensor,
     ):
         batch, device = src.shape[0], src.device
-        self.k, self.alpha = beam_size, alpha
+        self.k, self.alpha = settings.beam_size, settings.length_penalty
         self.encoded = ensemble.encode(src)
         self.floors = floors  # (live,) tokens each live sentence must search after its prefix before it may end
         self.limits = limits  # (live,) tokens each live sentence may search after its prefix, before its EOS
         # Length penalties at each sentence's longest possible output (its limit plus EOS).
-        self.penalty_at_limit = length_penalty((limits + 1).float(), alpha)
+        self.penalty_at_limit = length_penalty((limits + 1).float(), self.alpha)
         self.shortest_limit = int(limits.min())  # before this step, no sentence is at its limit
         self.full = False  # whether some sentence holds k finished hypotheses yet
         self.sentence = torch.arange(batch, device=device)  # the input index of each live sentence
         # Summed log-probability of each hypothesis; a sentence starts with one, so the other
         # k - 1 start at -inf and the first step's k best all extend the one BOS and prefix.
-        self.scores = torch.full((batch, beam_size), float("-inf"), device=device)
+        self.scores = torch.full((batch, self.k), float("-inf"), device=device)
         self.scores[:, 0] = 0.0
         bos = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)
         # (live*k, 1 + P + steps): BOS, the prefix, the searched tokens; rows b*k .. b*k+k-1 are sentence b's.
-        self.history = torch.cat([bos, prefix], dim=1).repeat_interleave(beam_size, dim=0)
+        self.history = torch.cat([bos, prefix], dim=1).repeat_interleave(self.k, dim=0)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # best first, at most k each
         self.worst_kept = torch.full((batch,), float("-inf"), device=device)  # k-th best finished score
 

@@ -137,9 +137,7 @@ def constrained_beam_search(
         raise ValueError(f"{len(terms)} term lists for {src.shape[0]} sentences; give one per sentence")
     ensemble = Ensemble.of(model)
     prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
-    search = BankedBeamState(
-        ensemble, src, settings.beam_size, settings.length_penalty, floors, limits, prefix, terms, word_continuations
-    )
+    search = BankedBeamState(ensemble, src, settings, floors, limits, prefix, terms, word_continuations)
     return run_beam(search, ensemble, settings)
 
 
@@ -150,22 +148,21 @@ class BankedBeamState(BeamState):
         self,
         ensemble,
         src,
-        beam_size,
-        alpha,
+        settings: SearchSettings,
         floors,
         limits,
         prefix,
         terms: Sequence[Sequence[TokenTerm]],
         word_continuations: Sequence[int] = (),
     ):
-        super().__init__(ensemble, src, beam_size, alpha, floors, limits, prefix)
+        super().__init__(ensemble, src, settings, floors, limits, prefix)
         self.word_continuations = torch.tensor(sorted(word_continuations), dtype=torch.long, device=src.device)
         self.trackers: list[TermTracker] = []  # per live sentence
         self.states: list[TermState] = []  # per live hypothesis, rows as in `history`
         for row, (sentence_terms, limit) in enumerate(zip(terms, limits.tolist())):
             tracker, start = _fitting(sentence_terms, prefix[row].tolist(), limit)
             self.trackers.append(tracker)
-            self.states += [start] * beam_size
+            self.states += [start] * self.k
 
     def _choose(self, log_probs: torch.Tensor, step: int, could_end: bool) -> tuple[list, list, list]:
         live, k = self.scores.shape
