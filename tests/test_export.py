@@ -318,3 +318,37 @@ def test_an_export_that_predates_add_source_eos_is_given_the_eos(tmp_path):
     adds_before, tokens_before = translated()
     assert adds and not adds_before and tokens == tokens_before
     assert len({tuple(t) for t in tokens}) >= 5
+
+
+def test_a_batch_with_learned_lengths_decodes_each_sentence_within_its_own_bounds(tmp_path, monkeypatch):
+    """CTranslate2 takes one floor and limit per call: the batch goes in with the widest, and the
+    sentences outside their own are decoded again. Greedy, that is each sentence decoded alone."""
+    import numpy as np
+
+    from attn_cli.data.lengths import LengthModel
+    from attn_cli.engines.ctranslate2 import CTranslate2Engine
+
+    cfg, tokenizers, model = _random_model(
+        ModelConfig(d_model=32, num_heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0), True
+    )
+    generator = np.random.default_rng(0)
+    sources = generator.integers(1, 30, 4000)
+    lengths = LengthModel.fit(sources, np.round(sources * 0.7 + generator.normal(0, 0.5, 4000)).astype(int))
+    export(cfg, tokenizers, model, tmp_path / "exported", "float32", lengths)
+    exported = load_exported(tmp_path / "exported", threads=1)
+    calls = []
+    translate_batch = CTranslate2Engine._translate
+    monkeypatch.setattr(
+        CTranslate2Engine,
+        "_translate",
+        lambda self, batch, *rest: calls.append(len(batch)) or translate_batch(self, batch, *rest),
+    )
+    options = DecodeConfig(beam_size=1, max_len_a=2.0, max_len_b=10, no_loops=False)
+    together = translate(exported, sources_of(TESTED), options)
+    assert calls[0] == len(TESTED) and len(calls) > 1, "one call for the batch, then the sentences outside their bounds"
+    alone = [translate(exported, sources_of([sentence]), options)[0] for sentence in TESTED]
+    assert [t.candidates[0].tokens for t in together] == [a.candidates[0].tokens for a in alone]
+    source_lengths = [len(ids) for ids in tokenizers.source.encode(TESTED)]
+    floors, longest = lengths.bounds(source_lengths)
+    for translation, n, floor, limit in zip(together, source_lengths, floors.tolist(), longest.tolist()):
+        assert floor <= len(translation.candidates[0].tokens) <= min(limit, int(2.0 * n) + 10)

@@ -123,36 +123,43 @@ class CTranslate2Engine:
         raise ValueError("CTranslate2 gives no attention weights; check the engine's refusals first")
 
     def search(self, sources: list[list[int]], options: DecodeConfig) -> list[list[Hypothesis]]:
-        """The configured search over source ids (without EOS), each source's hypotheses best first."""
+        """The configured search over source ids (without EOS), each source's hypotheses best first.
+
+        CTranslate2 takes one length floor and limit per call, where attn's own search has one per
+        sentence: the batch goes in whole with the lowest floor and the highest limit, and a sentence
+        whose output falls outside its own bounds is decoded again with them, with the others that
+        share them. For greedy search that is exactly each sentence's own decoding (an output that
+        ends within its bounds never met them); a beam may rank otherwise in rare cases."""
         bounds = [self._bounds(len(ids), options) for ids in sources]
-        results: list[list[Hypothesis]] = [[] for _ in sources]
-        # CTranslate2 takes one length floor and limit per call: sentences that share them go together.
-        order = sorted(range(len(sources)), key=lambda row: bounds[row])
-        for (floor, limit), rows in groupby(order, key=lambda row: bounds[row]):
-            rows = list(rows)
-            # CTranslate2 appends the EOS itself, unless the export predates that.
-            given = [sources[row] if self.adds_source_eos else [*sources[row], EOS_ID] for row in rows]
-            batch = [self.tokenizers.source.id_to_piece(ids) for ids in given]
-            for row, found in zip(rows, self._translate(batch, floor, limit, options)):
-                results[row] = found
-            if options.no_loops and not options.sample:
-                self._again_without_loops(results, rows, batch, floor, limit, options)
+        # CTranslate2 appends the EOS itself, unless the export predates that.
+        batch = [self.tokenizers.source.id_to_piece(ids if self.adds_source_eos else [*ids, EOS_ID]) for ids in sources]
+        floor, limit = min((f for f, _ in bounds), default=0), max((m for _, m in bounds), default=0)
+        results = self._translate(batch, floor, limit, options)
+        outside = [row for row, found in enumerate(results) if not self._within(found, bounds[row])]
+        self._again(results, outside, batch, bounds, options)
+        if options.no_loops and not options.sample:
+            if self._loop_vocabulary is None:
+                self._loop_vocabulary = LoopVocabulary.of(self.tokenizers.target.piece_texts())
+            looping = [
+                row for row, found in enumerate(results) if found and token_loop(found[0].tokens, self._loop_vocabulary)
+            ]
+            # Decoded again with no token bigram twice.
+            stricter = dataclasses.replace(options, no_repeat_ngram=RETRY_NO_REPEAT_NGRAM)
+            self._again(results, looping, batch, bounds, stricter)
         return results
 
-    def _again_without_loops(self, results, rows, batch, floor: int, limit: int, options: DecodeConfig) -> None:
-        """Decode again, with no token bigram twice, the sentences of `rows` whose best output loops."""
-        if self._loop_vocabulary is None:
-            self._loop_vocabulary = LoopVocabulary.of(self.tokenizers.target.piece_texts())
-        looping = [
-            i
-            for i, row in enumerate(rows)
-            if results[row] and token_loop(results[row][0].tokens, self._loop_vocabulary)
-        ]
-        if not looping:
-            return
-        stricter = dataclasses.replace(options, no_repeat_ngram=RETRY_NO_REPEAT_NGRAM)
-        for i, found in zip(looping, self._translate([batch[i] for i in looping], floor, limit, stricter)):
-            results[rows[i]] = found
+    def _again(self, results, rows: list[int], batch, bounds, options: DecodeConfig) -> None:
+        """Decode `rows` of the batch again, each with its own bounds (one call per floor and limit)."""
+        for (floor, limit), group in groupby(sorted(rows, key=lambda row: bounds[row]), key=lambda row: bounds[row]):
+            group = list(group)
+            for row, found in zip(group, self._translate([batch[row] for row in group], floor, limit, options)):
+                results[row] = found
+
+    @staticmethod
+    def _within(found: list[Hypothesis], bounds: tuple[int, int]) -> bool:
+        """Whether every hypothesis kept lies within (floor, limit) output tokens."""
+        floor, limit = bounds
+        return all(floor <= len(hypothesis.tokens) <= limit for hypothesis in found)
 
     def _bounds(self, source_length: int, options: DecodeConfig) -> tuple[int, int]:
         """(floor, limit) of an output's tokens, as attn's own search sets them (decoding/search.py)."""
