@@ -350,3 +350,43 @@ def test_the_queue_counts_work_so_a_wide_beam_is_refused_at_once_when_full(serve
     assert [answer.status_code for answer in answers] == [200, 429, 200]
     assert "units of work waiting" in answers[1].json()["error"]
     assert batcher.queued_work == 0, "every answered job's work left the queue"
+
+
+def test_a_long_request_goes_in_turns_and_a_short_one_is_answered_between_them(served_checkpoint):
+    """Queued behind a long request, a short one waits for one turn of it, not for all of it; the
+    long request's translations, decoded in slices, are the ones it gets decoded whole."""
+    server = server_of(served_checkpoint, turn_work=60)
+    long_lines = (SENTENCES * 4)[:12]
+    long_body = {"q": long_lines, "beam_size": 4}
+    short_body = {"q": SENTENCES[1], "beam_size": 1}
+    finished = []
+
+    async def scenario():
+        async with _client(create_app(server)) as client:
+
+            async def send(name, body):
+                answer = await client.post("/v1/translate", json=body)
+                finished.append(name)
+                return answer
+
+            long_answer = asyncio.ensure_future(send("long", long_body))
+            batcher = server.batchers["en-zh"]
+            while batcher.stats.requests < 1:
+                await asyncio.sleep(0.01)
+            short_answer = asyncio.ensure_future(send("short", short_body))
+            while batcher.stats.requests < 2:
+                await asyncio.sleep(0.01)
+            server.start()
+            try:
+                return await long_answer, await short_answer
+            finally:
+                server.stop()
+
+    long_answer, short_answer = asyncio.run(scenario())
+    assert long_answer.status_code == short_answer.status_code == 200
+    assert finished == ["short", "long"], "the short request was answered between two turns of the long one"
+    whole = [t.text for t in reference(server, long_lines, beam_size=4)]
+    assert [text["sentences"][0]["translation"] for text in long_answer.json()["translations"]] == whole
+    batcher = server.batchers["en-zh"]
+    assert batcher.stats.sliced == 1 and batcher.stats.calls > 3
+    assert batcher.queued_work == batcher.queued_sentences == 0, "every slice's work left the queue"

@@ -53,6 +53,12 @@ def serve(
         min=1,
         help="Work waiting per model (source tokens x beam) before requests get 429.",
     ),
+    turn_work: int = typer.Option(
+        2000,
+        "--turn-work",
+        min=1,
+        help="Work (source tokens x beam) in one decoding call: a longer request goes in turns with others.",
+    ),
     timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation."),
     shutdown_grace: float = typer.Option(
         10.0, "--shutdown-grace", min=0, help="Seconds SIGTERM gives accepted requests before the process exits."
@@ -101,6 +107,7 @@ def serve(
         shutdown_grace=shutdown_grace,
         queue_sentences=queue,
         queue_work=queue_work,
+        turn_work=turn_work,
         max_wait=max_wait_ms / 1000,
         batching=batching,
     )

@@ -4,19 +4,25 @@ of concurrent requests together, so that throughput grows with load instead of s
 A request's sentences are one `Job`, already encoded into the parts the model decodes (the server
 does it as the request arrives, so nothing is tokenized twice). The worker takes the oldest job, and
 while the queue holds fewer source tokens than the token budget it waits up to `max_wait` seconds
-from that job's arrival for others; then it decodes every waiting job with the same decoding
-options, up to the budget, in one pass of the translation pipeline (attn_cli/decoding/pipeline.py,
-which sorts their parts by length into token-budget batches).
+from that job's arrival for others; then it decodes the waiting jobs that share its decoding
+options in one pass of the translation pipeline (attn_cli/decoding/pipeline.py, which sorts their
+parts by length into token-budget batches).
 It waits only while requests are concurrent, that is when its last call decoded more than one job:
 a lone client's request is decoded at once, with nobody to wait for, and under load jobs are
 already waiting.
 
-The queue holds at most `capacity` sentences and `work_capacity` units of work (a job's source
-tokens times its beam, what its decoding costs): a request that would pass either is refused at
-once (`QueueFull`, answered 429) rather than letting memory grow, or waiting past its timeout
-behind work the worker cannot finish in time. A job whose client went away or timed out is
-cancelled, and the worker skips it if it has not started it. Stopping answers every job already
-accepted before the thread ends.
+Turns: one decoding call takes at most `turn_work` units of work (a sentence's source tokens times
+its beam: what its decoding costs) and `token_budget` source tokens, whole sentences in order. A job
+with more goes in slices: after each, the rest of it goes to the back of the queue, behind the
+requests that arrived meanwhile. A long request so shares the worker with short ones, which wait
+for one turn of it, not for all of it.
+
+The queue holds at most `capacity` sentences and `work_capacity` units of work: a request that
+would pass either is refused at once (`QueueFull`, answered 429) rather than letting memory grow,
+or waiting past its timeout behind work the worker cannot finish in time. A job whose client went
+away or timed out is cancelled: the worker skips what it has not started, and stops a call all of
+whose jobs are cancelled between two search steps. Stopping answers every job already accepted
+before the thread ends.
 """
 
 from __future__ import annotations
@@ -46,12 +52,24 @@ class QueueFull(Exception):
 class Job:
     prepared: list[SourceParts]  # the request's sentences, encoded
     options: DecodeConfig
-    tokens: int  # its source tokens: what the token budget counts
-    work: int  # its source tokens times its beam: what the queue's work capacity counts
+    sentence_tokens: list[int]  # each sentence's source tokens: what the token budget counts
+    weight: int  # work per source token: the beam (or the samples drawn)
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
+    taken: int = 0  # sentences handed to decoding calls so far; the rest wait in the queue
+    done: list[Translation] = field(default_factory=list)  # the translations of the sentences decoded so far
+
+    @property
+    def tokens(self) -> int:
+        """The source tokens still waiting."""
+        return sum(self.sentence_tokens[self.taken :])
+
+    @property
+    def work(self) -> int:
+        """The work still waiting: its source tokens times its weight."""
+        return self.tokens * self.weight
 
     def joins(self, other: Job) -> bool:
         """Whether the two decode in one call: the same options, and no seed (a seeded sample is
@@ -81,10 +99,20 @@ class Job:
 
 
 @dataclass
+class Slice:
+    """Sentences `start` to `end` of a job: its share of one decoding call."""
+
+    job: Job
+    start: int
+    end: int
+
+
+@dataclass
 class BatcherStats:
     requests: int = 0
     sentences: int = 0
     calls: int = 0  # decoding calls: requests / calls is how many requests one call served
+    sliced: int = 0  # jobs decoded in more than one turn
     refused: int = 0  # 429s
     cancelled: int = 0  # jobs dropped before their decoding began
     stopped: int = 0  # decoding calls stopped between steps: every job in them was cancelled
@@ -99,15 +127,15 @@ class Batcher:
         token_budget: int = 4000,
         batching=True,
         work_capacity: int = 120_000,
+        turn_work: int = 2000,
     ):
         self.engine, self.capacity, self.max_wait, self.token_budget = engine, capacity, max_wait, token_budget
-        self.work_capacity = work_capacity
-        self._queued_work = 0
+        self.work_capacity, self.turn_work = work_capacity, turn_work
         self.batching = batching  # False: one request per decoding call, the one-at-a-time baseline
         self.stats = BatcherStats()
         self._queue: deque[Job] = deque()
-        self._queued_sentences = 0
-        self._queued_tokens = 0
+        # What waits: the sentences, source tokens and work of every job not yet handed to a call.
+        self._queued_sentences = self._queued_tokens = self._queued_work = 0
         self._changed = threading.Condition()
         self._stopping = False
         self._last_group_size = 0  # jobs the last decoding call served: more than one means concurrent load
@@ -139,12 +167,12 @@ class Batcher:
         self, prepared: Sequence[SourceParts], options: DecodeConfig, timeout=None
     ) -> list[Translation]:
         """The translations of a request's encoded sentences, decoded with whatever else is waiting.
-        Raises QueueFull when there is no room, TimeoutError after `timeout` seconds (the job is
-        dropped if it has not started); a cancelled caller (its client went away) drops its job too."""
+        Raises QueueFull when there is no room, TimeoutError after `timeout` seconds (what has not
+        been decoded is dropped); a cancelled caller (its client went away) drops its job too."""
         loop = asyncio.get_running_loop()
-        tokens = sum(len(part.ids) + 1 for source in prepared for part in source.parts)
-        work = tokens * (1 if options.sample else options.beam_size) * (options.n_best if options.sample else 1)
-        job = Job(list(prepared), options, tokens, work, loop.create_future(), loop)
+        sentence_tokens = [sum(len(part.ids) + 1 for part in source.parts) for source in prepared]
+        weight = (1 if options.sample else options.beam_size) * (options.n_best if options.sample else 1)
+        job = Job(list(prepared), options, sentence_tokens, weight, loop.create_future(), loop)
         self._put(job)
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
@@ -167,23 +195,34 @@ class Batcher:
                     f"room for {self.work_capacity:,})"
                 )
             self._queue.append(job)
-            self._queued_work += job.work
-            self._queued_sentences += len(job.prepared)
-            self._queued_tokens += job.tokens
+            self._count(job, len(job.prepared), job.tokens, job.work)
             self.stats.requests += 1
             self._changed.notify_all()
 
+    def _count(self, job: Job, sentences: int, tokens: int, work: int) -> None:
+        """Add to what waits (negative: take away); the caller holds the lock."""
+        self._queued_sentences += sentences
+        self._queued_tokens += tokens
+        self._queued_work += work
+
+    def _forget(self, job: Job) -> None:
+        """Take what of `job` still waits out of the counts, for a job that will not be decoded further."""
+        with self._changed:
+            self._count(job, -(len(job.prepared) - job.taken), -job.tokens, -job.work)
+            job.taken = len(job.prepared)
+
     def _run(self) -> None:
         while True:
-            group = self._next_group()
-            if group is None:
+            turn = self._next_turn()
+            if turn is None:
                 return
-            if group:
-                self._decode(group)
+            if turn:
+                self._decode(turn)
 
-    def _next_group(self) -> list[Job] | None:
-        """The jobs of the next decoding call ([] when all waiting were cancelled), None once stopped
-        with nothing left."""
+    def _next_turn(self) -> list[Slice] | None:
+        """The slices of the next decoding call ([] when all waiting were cancelled), None once
+        stopped with nothing left. The oldest job comes first, and later ones join it while they
+        share its options and the turn has room; a job that does not fit whole gives a slice."""
         with self._changed:
             while not self._queue:
                 if self._stopping:
@@ -196,71 +235,101 @@ class Batcher:
                     if left <= 0:
                         break
                     self._changed.wait(left)
-            group, tokens, kept = [], 0, deque()
+            turn: list[Slice] = []
+            tokens = work = 0
+            kept: deque[Job] = deque()
             while self._queue:
                 job = self._queue.popleft()
-                fits = not group or (self.batching and job.joins(group[0]) and tokens + job.tokens <= self.token_budget)
-                if job.cancelled or fits:
-                    self._queued_sentences -= len(job.prepared)
-                    self._queued_tokens -= job.tokens
-                    self._queued_work -= job.work
-                    if job.cancelled:
-                        self.stats.cancelled += 1
-                        continue
-                    group.append(job)
-                    tokens += job.tokens
-                else:
+                if job.cancelled:
+                    self.stats.cancelled += 1
+                    self._count(job, -(len(job.prepared) - job.taken), -job.tokens, -job.work)
+                    continue
+                if turn and not (self.batching and job.joins(turn[0].job)):
                     kept.append(job)
+                    continue
+                end = job.taken
+                while end < len(job.prepared):
+                    more = job.sentence_tokens[end]
+                    if (turn or end > job.taken) and (
+                        tokens + more > self.token_budget or work + more * job.weight > self.turn_work
+                    ):
+                        break
+                    tokens, work, end = tokens + more, work + more * job.weight, end + 1
+                if end == job.taken:  # the turn is full
+                    kept.append(job)
+                    continue
+                taken = sum(job.sentence_tokens[job.taken : end])
+                self._count(job, -(end - job.taken), -taken, -taken * job.weight)
+                turn.append(Slice(job, job.taken, end))
+                job.taken = end
             self._queue = kept
-            self._last_group_size = len(group)
-            return group
+            self._last_group_size = len(turn)
+            return turn
 
-    def _decode(self, group: list[Job]) -> None:
+    def _decode(self, turn: list[Slice]) -> None:
         self.decoding_since = time.monotonic()
         try:
-            self._decode_group(group)
+            self._decode_turn(turn)
         finally:
             self.decoding_since = None
+        with self._changed:
+            for piece in turn:
+                job = piece.job
+                if job.taken < len(job.prepared) and piece.end == job.taken:
+                    if piece.start == 0:
+                        self.stats.sliced += 1
+                    self._queue.append(job)  # the rest of it, behind whoever came meanwhile
+            self._changed.notify_all()
 
-    def _decode_group(self, group: list[Job]) -> None:
-        """Decode the group in one call; if that fails, each job alone, so that a request whose
+    def _decode_turn(self, turn: list[Slice]) -> None:
+        """Decode the turn in one call; if that fails, each slice alone, so that a request whose
         decoding fails fails by itself (what a request can get wrong is refused before it is queued).
         A call all of whose jobs are cancelled (timed out, or their clients gone) stops between two
         search steps, and its memory goes with it."""
-        if len(group) > 1:
+        if len(turn) > 1:
             try:
-                results = self._translate_jobs(group)
+                results = self._translate_slices(turn)
             except SearchStopped:
-                self._stopped(group)
+                self._stopped(turn)
                 return
             except Exception:
                 results = None
             if results is not None:
-                for job, result in zip(group, results):
-                    job.answer(result)
+                for piece, result in zip(turn, results):
+                    self._decoded(piece, result)
                 return
-        for job in group:
+        for piece in turn:
             try:
-                job.answer(self._translate_jobs([job])[0])
+                self._decoded(piece, self._translate_slices([piece])[0])
             except SearchStopped:
-                self._stopped([job])
+                self._stopped([piece])
             except Exception as error:
-                job.answer(error=error)
+                self._forget(piece.job)
+                piece.job.answer(error=error)
 
-    def _stopped(self, jobs: list[Job]) -> None:
+    def _decoded(self, piece: Slice, result: list[Translation]) -> None:
+        """A slice's translations: the job is answered once its last slice is in."""
+        job = piece.job
+        job.done.extend(result)
+        if len(job.done) == len(job.prepared):
+            job.answer(job.done)
+
+    def _stopped(self, turn: list[Slice]) -> None:
         self.stats.stopped += 1
-        for job in jobs:
-            job.answer(dropped=True)
+        for piece in turn:
+            self._forget(piece.job)
+            piece.job.answer(dropped=True)
 
-    def _translate_jobs(self, jobs: list[Job]) -> list[list[Translation]]:
-        prepared = [source for job in jobs for source in job.prepared]
+    def _translate_slices(self, turn: list[Slice]) -> list[list[Translation]]:
+        prepared = [source for piece in turn for source in piece.job.prepared[piece.start : piece.end]]
+        jobs = [piece.job for piece in turn]
         translations = translate_prepared(
             self.engine, prepared, jobs[0].options, stop=lambda: all(job.cancelled for job in jobs)
         )
         self.stats.calls += 1
         self.stats.sentences += len(prepared)
         results, start = [], 0
-        for job in jobs:
-            results.append(translations[start : start + len(job.prepared)])
-            start += len(job.prepared)
+        for piece in turn:
+            results.append(translations[start : start + piece.end - piece.start])
+            start += piece.end - piece.start
         return results

@@ -69,6 +69,7 @@ class Limits:
     queue_work: int = 120_000  # source tokens x beam waiting per model: more are answered 429
     max_wait: float = 0.005  # seconds the worker waits for more requests to decode together
     token_budget: int = 4000  # source tokens decoded together
+    turn_work: int = 2000  # source tokens x beam in one decoding call: a longer request goes in turns
     batching: bool = True  # False: one request per decoding call
 
 
@@ -104,6 +105,7 @@ class Server:
                 limits.token_budget,
                 batching=limits.batching,
                 work_capacity=limits.queue_work,
+                turn_work=limits.turn_work,
             )
             for model in models
         }
