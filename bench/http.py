@@ -29,6 +29,15 @@ beam 4, length penalty 0.2 (attn's GNMT form; CTranslate2's in Argos), at most 2
 (LibreTranslate's /translate takes no decoding options); `run` keeps the run's and sets Argos's beam
 to the run's (ARGOS_BEAM_SIZE; its length penalty stays 0.2).
 
+Then the mixed load (--mixed-seconds, 0 to skip), on a fresh server of each of --mixed-systems:
+--mixed-short-clients (16) clients send short test sentences to /translate, alone and then beside
+--mixed-long-clients (2) clients sending /v1 requests of --mixed-long-lines (128) long sentences at
+--max-beam (16), which wait a second after a 429: the short requests' p50/p95 in both phases, every
+status, the server's RSS before, during (peak) and after. Then two probes, each a request followed
+one second later by a short one (its status and seconds): `max_len_b: 100000`, and four lines of
+nearly 2,000 characters at the widest beam. Last, SIGTERM with the mixed load in flight: the exit
+status and how long it took.
+
 Then the soak (--soak-seconds, 0 to skip): a fresh attn PyTorch server with batching, warmed up with
 --soak-warmup seconds of load, then 64 clients (--soak-clients) for the soak; it reports errors
 other than 429, whether every request the server accepted (/health's count) was answered, and the
@@ -528,6 +537,176 @@ async def soak(server: ServerProcess, bodies: list[bytes], args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# The mixed load: short requests beside long ones, the bounds on one request, SIGTERM under load.
+
+
+def long_request(long: list[str], lines: int, languages: tuple[str, str], beam: int) -> bytes:
+    """A /v1 request of `lines` long sentences at beam `beam`: what a heavy client sends."""
+    q = [long[i % len(long)] for i in range(lines)]
+    body = {"q": q, "source": languages[0], "target": languages[1], "beam_size": beam}
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+async def long_clients(port: int, body: bytes, clients: int, seconds: float, timeout: float, pause: float) -> dict:
+    """`clients` clients sending `body` to /v1/translate until `seconds` have passed, each waiting
+    `pause` seconds after a 429 before it tries again; the statuses and the seconds of the 200s."""
+    statuses: dict[str, int] = {}
+    answered: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        connection = Connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < deadline:
+                begun = time.perf_counter()
+                try:
+                    status, _ = await asyncio.wait_for(connection.request("POST", "/v1/translate", body), timeout)
+                    key = str(status)
+                except Exception as error:
+                    connection.close()
+                    key = type(error).__name__
+                statuses[key] = statuses.get(key, 0) + 1
+                if key == "200":
+                    answered.append(time.perf_counter() - begun)
+                elif key == "429":
+                    await asyncio.sleep(pause)
+        finally:
+            connection.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return {"statuses": statuses, "median_s": round(percentile(answered, 50), 2) if answered else None}
+
+
+def load_summary(load: Load) -> dict:
+    return {
+        "answered": len(load.latencies),
+        "sentences_per_s": round(len(load.latencies) / load.wall, 1),
+        "p50_ms": ms(percentile(load.latencies, 50)),
+        "p95_ms": ms(percentile(load.latencies, 95)),
+        "statuses": {"200": len(load.latencies), **load.failures},
+    }
+
+
+async def idle(server: ServerProcess, seconds: float) -> bool:
+    """Wait until the server has nothing queued or decoding (by /health), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if attn_stats(get_json(server.port, "/health", timeout=10))["queued_sentences"] == 0:
+                return True
+        except OSError:  # 503: not ready yet
+            pass
+        await asyncio.sleep(0.5)
+    return False
+
+
+async def behind(server: ServerProcess, heavy: bytes, short: bytes, args) -> dict:
+    """`heavy` sent to /v1/translate, then one second later a short request: the status and seconds of each."""
+    heavy_connection, short_connection = Connection("127.0.0.1", server.port), Connection("127.0.0.1", server.port)
+
+    async def timed(connection, path, body):
+        begun = time.perf_counter()
+        try:
+            status, _ = await asyncio.wait_for(connection.request("POST", path, body), args.request_timeout)
+        except Exception as error:
+            status = type(error).__name__
+        return status, round(time.perf_counter() - begun, 2)
+
+    try:
+        first = asyncio.ensure_future(timed(heavy_connection, "/v1/translate", heavy))
+        await asyncio.sleep(1.0)
+        short_status, short_s = await timed(short_connection, "/translate", short)
+        heavy_status, heavy_s = await first
+    finally:
+        heavy_connection.close()
+        short_connection.close()
+    return {"heavy": {"status": heavy_status, "s": heavy_s}, "short": {"status": short_status, "s": short_s}}
+
+
+async def mixed(server: ServerProcess, short: list[bytes], heavy: bytes, probes: dict, args) -> dict:
+    """The mixed-load scenario on a fresh server: the short load alone, then beside the long clients;
+    memory before, during and after; the probes (a request and a short one a second later); and
+    SIGTERM with the mixed load in flight."""
+    print(f"\nmixed load: {server.name}", flush=True)
+    server.start(args.start_timeout)
+    result = {"system": server.name, "seconds": args.mixed_seconds}
+    clients, seconds, timeout = args.mixed_short_clients, args.mixed_seconds, args.request_timeout
+    try:
+        await run_load(server.port, short, clients, 60.0, args.warmup * clients, timeout, offset=len(short) // 2)
+        await long_clients(server.port, heavy, 1, 0.1, timeout, 1.0)  # one long request, untimed
+        result["rss_start_mb"] = server.rss
+        result["short_alone"] = load_summary(
+            await run_load(server.port, short, clients, seconds, args.max_requests, timeout)
+        )
+        result["rss_before_mb"] = server.rss
+        samples = []
+
+        async def sample():
+            while True:
+                await asyncio.sleep(1.0)
+                samples.append(server.rss)
+
+        sampler = asyncio.ensure_future(sample())
+        try:
+            short_load, heavy_load = await asyncio.gather(
+                run_load(server.port, short, clients, seconds, args.max_requests, timeout),
+                long_clients(server.port, heavy, args.mixed_long_clients, seconds, timeout, 1.0),
+            )
+        finally:
+            sampler.cancel()
+        result["short_beside_long"] = load_summary(short_load)
+        result["long"] = heavy_load
+        result["rss_peak_mb"] = max([m for m in samples if m is not None], default=None)
+        result["idle_after"] = await idle(server, 120.0)
+        await asyncio.sleep(2.0)
+        result["rss_after_mb"] = server.rss
+        result["probes"] = {name: await behind(server, body, short[0], args) for name, body in probes.items()}
+        # SIGTERM while the mixed load is in flight.
+        loads = asyncio.ensure_future(
+            asyncio.gather(
+                run_load(server.port, short, clients, 10.0, args.max_requests, timeout),
+                long_clients(server.port, heavy, args.mixed_long_clients, 10.0, timeout, 1.0),
+                return_exceptions=True,
+            )
+        )
+        await asyncio.sleep(3.0)
+        result["sigterm_under_load"] = await asyncio.to_thread(server.stop, args.stop_timeout)
+        await loads
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            result.setdefault("stop", server.stop(args.stop_timeout))
+    alone, beside = result["short_alone"]["p95_ms"], result["short_beside_long"]["p95_ms"]
+    statuses = {**result["short_beside_long"]["statuses"], **result["long"]["statuses"]}
+    stopped = result["sigterm_under_load"]
+    result["checks"] = {
+        "short_p95_within_3x": None if not alone or beside is None else beside <= 3 * alone,
+        "only_200_and_429": set(result["short_beside_long"]["statuses"]) | set(result["long"]["statuses"])
+        <= {"200", "429"},
+        "rss_within_50_mb_after": None
+        if None in (result["rss_after_mb"], result["rss_start_mb"])
+        else abs(result["rss_after_mb"] - result["rss_start_mb"]) <= SOAK_RSS_LIMIT_MB,
+        "probes_short_within_2_s": all(
+            p["short"]["status"] == 200 and p["short"]["s"] <= 2.0 for p in result["probes"].values()
+        ),
+        "sigterm_exit_0_within_15_s": stopped["exit_status"] == 0 and stopped["stopped_in_s"] <= 15,
+    }
+    result["statuses"] = statuses
+    return result
+
+
+def mixed_line(result: dict) -> str:
+    alone, beside, heavy = result["short_alone"], result["short_beside_long"], result["long"]
+    return (
+        f"{result['system']}: short p50/p95 {alone['p50_ms']}/{alone['p95_ms']} ms alone, "
+        f"{beside['p50_ms']}/{beside['p95_ms']} ms beside {heavy['statuses']} long requests "
+        f"(median {heavy['median_s']} s); short statuses {beside['statuses']}; RSS {result['rss_start_mb']} → "
+        f"{result['rss_before_mb']} → peak {result['rss_peak_mb']} → {result['rss_after_mb']} MB; "
+        f"probes {json.dumps(result['probes'])}; SIGTERM under load: exit {result['sigterm_under_load']['exit_status']}"
+        f" in {result['sigterm_under_load'].get('stopped_in_s')} s\n  checks: {json.dumps(result['checks'])}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Report.
 
 HEADER = (
@@ -659,6 +838,12 @@ def parse_args():
     arguments.add_argument("--soak-clients", type=int, default=64)
     arguments.add_argument("--soak-max-requests", type=int, default=500000)
     arguments.add_argument("--soak-sample-seconds", type=float, default=5.0)
+    arguments.add_argument("--mixed-seconds", type=float, default=20.0, help="each phase of the mixed load; 0: none")
+    arguments.add_argument("--mixed-systems", default="int8,pytorch", help="which attn servers get the mixed load")
+    arguments.add_argument("--mixed-short-clients", type=int, default=16)
+    arguments.add_argument("--mixed-long-clients", type=int, default=2)
+    arguments.add_argument("--mixed-long-lines", type=int, default=128, help="long sentences per long request")
+    arguments.add_argument("--max-beam", type=int, default=16, help="the beam of the long requests (the server's most)")
     arguments.add_argument(
         "--workdir",
         type=Path,
@@ -671,11 +856,15 @@ def parse_args():
         args.concurrency, args.seconds, args.max_requests, args.warmup = "1,4", 1.5, 1000, 1
         args.systems, args.probe = "pytorch,int8", 3
         args.soak_seconds, args.soak_warmup, args.soak_clients, args.soak_sample_seconds = 2.0, 0.5, 8, 0.5
+        args.mixed_seconds, args.mixed_systems, args.mixed_short_clients, args.mixed_long_lines = 2.0, "int8", 4, 8
         args.start_timeout, args.stop_timeout, args.request_timeout = 120.0, 30.0, 30.0
     args.run = args.run or Path("runs/en-zh")
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(args.systems) - set(SYSTEMS)
+    args.mixed_systems = [s.strip() for s in args.mixed_systems.split(",") if s.strip()]
+    unknown = (set(args.systems) | set(args.mixed_systems)) - set(SYSTEMS)
+    if "peer" in args.mixed_systems:
+        arguments.error("--mixed-systems: attn's servers only; the peer takes no beam or lines in one request")
     if unknown:
         arguments.error(f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}")
     return args
@@ -713,7 +902,9 @@ async def bench(args, work: Path) -> dict:
     ]
 
     export_dir = work / "int8"
-    if {"int8", "int8-single"} & set(args.systems) or ("peer" in args.systems and args.peer == "ct2-fastapi"):
+    if {"int8", "int8-single"} & set(args.systems + args.mixed_systems) or (
+        "peer" in args.systems and args.peer == "ct2-fastapi"
+    ):
         if args.model is not None:
             shutil.copytree(args.model, export_dir)
         else:
@@ -807,6 +998,39 @@ async def bench(args, work: Path) -> dict:
 
     comparison_clients = 16 if 16 in args.concurrency else max(args.concurrency)
     results["comparisons"] = {"clients": comparison_clients, **comparisons(results["systems"], comparison_clients)}
+    if args.mixed_seconds > 0:
+        short = [
+            json.dumps({"q": s, "source": languages[0], "target": languages[1]}, ensure_ascii=False).encode("utf-8")
+            for s in test
+        ]
+        heavy = long_request(long, args.mixed_long_lines, languages, args.max_beam)
+        # The two requests of the issue: an output length past every bound, and four lines of
+        # nearly 2,000 characters at the widest beam.
+        pages = long_sentences(long, 300)[:4]
+        probes = {
+            "max_len_b_100000": json.dumps(
+                {"q": "I love it", "source": languages[0], "target": languages[1], "max_len_b": 100000}
+            ).encode("utf-8"),
+            "four_long_lines_at_max_beam": json.dumps(
+                {
+                    "q": [page[:1990] for page in pages],
+                    "source": languages[0],
+                    "target": languages[1],
+                    "beam_size": args.max_beam,
+                },
+                ensure_ascii=False,
+            ).encode("utf-8"),
+        }
+        results["mixed"] = []
+        for key in [s for s in SYSTEMS if s in args.mixed_systems]:
+            server = makers[key]()
+            server.name += " (mixed load)"
+            try:
+                results["mixed"].append(await mixed(server, short, heavy, probes, args))
+            except RuntimeError as error:
+                print(f"  {error}", flush=True)
+                results["mixed"].append({"system": server.name, "error": str(error)})
+            print(mixed_line(results["mixed"][-1]) if "checks" in results["mixed"][-1] else "", flush=True)
     if args.soak_seconds > 0:
         server = attn_server("attn pytorch, batching (soak)", pytorch_what, True, args, work, extra)
         try:
@@ -840,6 +1064,8 @@ def report(results: dict) -> None:
             f"exit status {stop['exit_status']} ({stop['note']})"
             + (f"; probe: {same['same']} of {same['of']} as {same['system']}" if same else "")
         )
+    for found in results.get("mixed", []):
+        print("\nmixed load, " + (mixed_line(found) if "checks" in found else f"did not run: {found['error']}"))
     soak = results.get("soak")
     if soak and "error" in soak:
         print(f"\nsoak: did not run: {soak['error'].splitlines()[0]}")
