@@ -151,43 +151,45 @@ def test_a_request_that_times_out_is_dropped(served_checkpoint):
             return late, on_time
 
     late, on_time = asyncio.run(scenario())
-    assert late.status_code == 503 and "longer than" in late.json()["error"]
+    assert late.status_code == 503 and "did not begin" in late.json()["error"]
     assert on_time.status_code == 200
     stats = server.batchers["en-zh"].stats
     assert (stats.cancelled, stats.sentences) == (1, 1)
+
+
+async def _leaving_call(app, body: dict, path: str, gone: asyncio.Event) -> list[dict]:
+    """The raw ASGI call of a client that sends its request, then disconnects once `gone` is set."""
+    raw = json.dumps(body).encode()
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent = []
+
+    async def receive():
+        if messages:
+            return messages.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return sent
 
 
 def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(served_checkpoint):
     server = server_of(served_checkpoint)
     app = create_app(server)
 
-    async def call_leaving_client(gone):
-        """The raw ASGI call of a client that sends its request, then disconnects."""
-        body = json.dumps({"q": SENTENCES[0], "source": "en", "target": "zh"}).encode()
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-        sent = []
-
-        async def receive():
-            if messages:
-                return messages.pop()
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": "",
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
-        }  # fmt: skip
-        await app(scope, receive, send)
-        return sent
-
     async def scenario():
         gone = asyncio.Event()
-        leaving = asyncio.ensure_future(call_leaving_client(gone))
+        body = {"q": SENTENCES[0], "source": "en", "target": "zh"}
+        leaving = asyncio.ensure_future(_leaving_call(app, body, "/translate", gone))
         async with _client(app) as client:
             staying = asyncio.ensure_future(
                 client.post("/translate", json={"q": SENTENCES[1], "source": "en", "target": "zh"})
@@ -220,12 +222,12 @@ def test_stopping_with_a_grace_ends_even_while_a_decode_is_stuck(served_checkpoi
     server = server_of(served_checkpoint)
     release, started = threading.Event(), threading.Event()
 
-    def stuck(engine, prepared, options, **given):
+    def stuck(engine, parts, options, **given):
         started.set()
         release.wait(30)  # a decode that will not end within the grace
         return []
 
-    monkeypatch.setattr(batcher_module, "translate_prepared", stuck)
+    monkeypatch.setattr(batcher_module, "decode_parts_with_terms", stuck)
 
     async def scenario():
         server.start()
@@ -255,16 +257,17 @@ def _request():
 def test_health_says_not_ready_while_a_worker_is_stuck_or_its_queue_is_nearly_full(served_checkpoint, monkeypatch):
     import threading
 
+    from attn_cli.decoding.pipeline import Decoded
     from attn_cli.serving import batcher as batcher_module
 
     release, started = threading.Event(), threading.Event()
 
-    def stuck(engine, prepared, options, **given):
+    def stuck(engine, parts, options, **given):
         started.set()
         release.wait(30)
-        return [None] * len(prepared)
+        return Decoded([], [[] for _ in parts])
 
-    monkeypatch.setattr(batcher_module, "translate_prepared", stuck)
+    monkeypatch.setattr(batcher_module, "decode_parts_with_terms", stuck)
     server = server_of(served_checkpoint, timeout=0.3, queue_sentences=10)
     body = {"q": SENTENCES[0], "source": "en", "target": "zh"}
 
@@ -295,15 +298,16 @@ def test_health_says_not_ready_while_a_worker_is_stuck_or_its_queue_is_nearly_fu
     assert stuck_answer.status_code == 503 and "in one decoding call" in stuck_answer.json()["reason"]
 
 
-def test_a_decode_whose_requests_all_timed_out_stops_between_steps(served_checkpoint):
+def test_a_decode_whose_clients_all_went_away_stops_between_steps(served_checkpoint):
     """A model made never to end, asked for 512 tokens at beam 16 without learned lengths, would
-    search for several seconds. Once its only request times out, it stops at the next step, and a
+    search for several seconds. Once its only client goes away, it stops at the next step, and a
     short request sent after it is answered."""
     import time
 
     from attn_cli.vocab import EOS_ID
 
-    server = server_of(served_checkpoint, timeout=0.5)
+    server = server_of(served_checkpoint)
+    app = create_app(server)
     model = server.models.named("en-zh").engine.models[0]
     decode = model.decode
 
@@ -317,23 +321,61 @@ def test_a_decode_whose_requests_all_timed_out_stops_between_steps(served_checkp
     long_body = {"q": SENTENCES[0], "beam_size": 16, "max_len_b": 512, "learned_lengths": False, "no_loops": False}
 
     async def scenario():
-        async with _client(create_app(server)) as client:
-            server.start()
-            try:
-                late = await client.post("/v1/translate", json=long_body)
-                server.limits = dataclasses.replace(server.limits, timeout=60)
-                began = time.monotonic()
-                model.decode = decode
+        gone = asyncio.Event()
+        server.start()
+        try:
+            leaving = asyncio.ensure_future(_leaving_call(app, long_body, "/v1/translate", gone))
+            while server.batchers["en-zh"].decoding_since is None:
+                await asyncio.sleep(0.01)
+            gone.set()
+            departed = await leaving
+            began = time.monotonic()
+            model.decode = decode
+            async with _client(app) as client:
                 short = await client.post("/v1/translate", json={"q": SENTENCES[1], "beam_size": 1})
-                return late, short, time.monotonic() - began
-            finally:
-                server.stop(10)
+            return departed, short, time.monotonic() - began
+        finally:
+            server.stop(10)
 
-    late, short, waited = asyncio.run(scenario())
-    assert late.status_code == 503
+    departed, short, waited = asyncio.run(scenario())
+    assert departed[0]["status"] == 499
     assert short.status_code == 200
     assert server.batchers["en-zh"].stats.stopped == 1
     assert waited < 5, f"the short request waited {waited:.1f} s behind a decode nobody wanted"
+
+
+def test_a_request_whose_decoding_has_begun_is_not_dropped_at_the_timeout(served_checkpoint):
+    """The timeout bounds the wait for a request's first turn: a long request decoded in turns for
+    longer than it is answered in full, as it is decoded whole."""
+    import time
+
+    server = server_of(served_checkpoint, timeout=0.2, turn_work=60)
+    model = server.models.named("en-zh").engine.models[0]
+    decode = model.decode
+
+    def slow(*args, **kwargs):
+        time.sleep(0.005)
+        return decode(*args, **kwargs)
+
+    model.decode = slow
+    lines = (SENTENCES * 4)[:10]
+
+    async def scenario():
+        server.start()
+        try:
+            began = time.monotonic()
+            async with _client(create_app(server)) as client:
+                answer = await client.post("/v1/translate", json={"q": lines, "beam_size": 4})
+            return answer, time.monotonic() - began
+        finally:
+            server.stop()
+
+    answer, took = asyncio.run(scenario())
+    model.decode = decode
+    assert answer.status_code == 200, answer.text
+    assert took > 0.2, "it outlasted the timeout"
+    whole = [t.text for t in reference(server, lines, beam_size=4)]
+    assert [text["sentences"][0]["translation"] for text in answer.json()["translations"]] == whole
 
 
 def test_the_queue_counts_work_so_a_wide_beam_is_refused_at_once_when_full(served_checkpoint):

@@ -59,7 +59,12 @@ def serve(
         min=1,
         help="Work (source tokens x beam) in one decoding call: a longer request goes in turns with others.",
     ),
-    timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation."),
+    timeout: float = typer.Option(
+        30.0,
+        "--timeout",
+        min=0.1,
+        help="Seconds a request may wait for its decoding to begin (then 503).",
+    ),
     shutdown_grace: float = typer.Option(
         10.0, "--shutdown-grace", min=0, help="Seconds SIGTERM gives accepted requests before the process exits."
     ),

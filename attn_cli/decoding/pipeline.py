@@ -23,7 +23,7 @@ from attn_cli.decoding.batches import OnBatch, Progress, decode_parts
 from attn_cli.decoding.glossary import holds_terms
 from attn_cli.decoding.hypothesis import Hypothesis, confidence
 from attn_cli.decoding.parts import split_sources
-from attn_cli.decoding.records import Candidate, Note, Source, SourceParts, Translation
+from attn_cli.decoding.records import Candidate, Note, Part, Source, SourceParts, Translation
 from attn_cli.decoding.terms_pass import search_with_terms
 
 if TYPE_CHECKING:
@@ -70,6 +70,18 @@ def decode(
     whose outputs lack some. `on_batch` counts a part with terms twice until the first search says
     whether it needs another."""
     parts = [part for source in prepared for part in source.parts]
+    return decode_parts_with_terms(engine, parts, options, on_batch, stop)
+
+
+def decode_parts_with_terms(
+    engine: Engine,
+    parts: Sequence[Part],
+    options: DecodeConfig,
+    on_batch: Optional[OnBatch] = None,
+    stop: Optional[StopCheck] = None,
+) -> Decoded:
+    """Stages 2 and 3 for parts of any sources (a server's worker decodes a long request's parts in
+    turns, and assembles the request once its last part is in)."""
     progress = Progress(on_batch, len(parts) + sum(1 for part in parts if part.terms))
     search = engine.searcher(options, stop)
     first = decode_parts(parts, search, options.max_tokens, progress)

@@ -11,15 +11,16 @@ It waits only while requests are concurrent, that is when its last call decoded 
 a lone client's request is decoded at once, with nobody to wait for, and under load jobs are
 already waiting.
 
-Turns: one decoding call takes at most `turn_work` units of work (a sentence's source tokens times
-its beam: what its decoding costs) and `token_budget` source tokens, whole sentences in order. A job
-with more goes in slices: after each, the rest of it goes to the back of the queue, behind the
-requests that arrived meanwhile. A long request so shares the worker with short ones, which wait
-for one turn of it, not for all of it.
+Turns: one decoding call takes at most `turn_work` units of work (a part's source tokens times its
+beam: what its decoding costs) and `token_budget` source tokens, in the parts the model decodes (a
+sentence, or a clause of a long one), in order. A job with more goes in slices: after each, the
+rest of it goes to the back of the queue, behind the requests that arrived meanwhile. A long
+request so shares the worker with short ones, which wait for one turn of it, not for all of it. A
+job's translations are assembled from its parts' outputs once the last is in.
 
 The queue holds at most `capacity` sentences and `work_capacity` units of work: a request that
 would pass either is refused at once (`QueueFull`, answered 429) rather than letting memory grow,
-or waiting past its timeout behind work the worker cannot finish in time. A job whose client went
+or waiting past its timeout behind work the worker cannot begin in time. A job whose client went
 away or timed out is cancelled: the worker skips what it has not started, and stops a call all of
 whose jobs are cancelled between two search steps. Stopping answers every job already accepted
 before the thread ends.
@@ -37,8 +38,9 @@ from typing import TYPE_CHECKING
 
 from attn_cli.config import DecodeConfig
 from attn_cli.decoding.engine import SearchStopped
-from attn_cli.decoding.pipeline import translate_prepared
-from attn_cli.decoding.records import SourceParts, Translation
+from attn_cli.decoding.hypothesis import Hypothesis
+from attn_cli.decoding.pipeline import assemble, decode_parts_with_terms
+from attn_cli.decoding.records import Part, SourceParts, Translation
 
 if TYPE_CHECKING:
     from attn_cli.decoding.engine import Engine
@@ -52,24 +54,32 @@ class QueueFull(Exception):
 class Job:
     prepared: list[SourceParts]  # the request's sentences, encoded
     options: DecodeConfig
-    sentence_tokens: list[int]  # each sentence's source tokens: what the token budget counts
     weight: int  # work per source token: the beam (or the samples drawn)
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
-    taken: int = 0  # sentences handed to decoding calls so far; the rest wait in the queue
-    done: list[Translation] = field(default_factory=list)  # the translations of the sentences decoded so far
+    taken: int = 0  # parts handed to decoding calls so far; the rest wait in the queue
+    outputs: list[list[Hypothesis]] = field(default_factory=list)  # the decoded parts' hypotheses, in order
+
+    def __post_init__(self):
+        self.parts: list[Part] = [part for source in self.prepared for part in source.parts]
+        self.part_tokens = [len(part.ids) + 1 for part in self.parts]  # and the EOS
 
     @property
     def tokens(self) -> int:
         """The source tokens still waiting."""
-        return sum(self.sentence_tokens[self.taken :])
+        return sum(self.part_tokens[self.taken :])
 
     @property
     def work(self) -> int:
         """The work still waiting: its source tokens times its weight."""
         return self.tokens * self.weight
+
+    @property
+    def waiting(self) -> int:
+        """Its sentences, while any of its parts waits: what the queue's capacity counts."""
+        return len(self.prepared) if self.taken < len(self.parts) or not self.parts else 0
 
     def joins(self, other: Job) -> bool:
         """Whether the two decode in one call: the same options, and no seed (a seeded sample is
@@ -100,7 +110,7 @@ class Job:
 
 @dataclass
 class Slice:
-    """Sentences `start` to `end` of a job: its share of one decoding call."""
+    """Parts `start` to `end` of a job: its share of one decoding call."""
 
     job: Job
     start: int
@@ -167,15 +177,20 @@ class Batcher:
         self, prepared: Sequence[SourceParts], options: DecodeConfig, timeout=None
     ) -> list[Translation]:
         """The translations of a request's encoded sentences, decoded with whatever else is waiting.
-        Raises QueueFull when there is no room, TimeoutError after `timeout` seconds (what has not
-        been decoded is dropped); a cancelled caller (its client went away) drops its job too."""
+        Raises QueueFull when there is no room, TimeoutError when its decoding has not begun after
+        `timeout` seconds (it is dropped); once begun, it goes on in turns to its end. A cancelled
+        caller (its client went away) drops its job, between two search steps if need be."""
         loop = asyncio.get_running_loop()
-        sentence_tokens = [sum(len(part.ids) + 1 for part in source.parts) for source in prepared]
         weight = (1 if options.sample else options.beam_size) * (options.n_best if options.sample else 1)
-        job = Job(list(prepared), options, sentence_tokens, weight, loop.create_future(), loop)
+        job = Job(list(prepared), options, weight, loop.create_future(), loop)
         self._put(job)
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+            try:
+                return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+            except asyncio.TimeoutError:
+                if not job.taken and job.parts:  # still waiting for its first turn
+                    raise
+            return await asyncio.shield(job.future)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             job.cancelled = True
             raise
@@ -195,21 +210,24 @@ class Batcher:
                     f"room for {self.work_capacity:,})"
                 )
             self._queue.append(job)
-            self._count(job, len(job.prepared), job.tokens, job.work)
+            self._queued_sentences += job.waiting
+            self._queued_tokens += job.tokens
+            self._queued_work += job.work
             self.stats.requests += 1
             self._changed.notify_all()
 
-    def _count(self, job: Job, sentences: int, tokens: int, work: int) -> None:
-        """Add to what waits (negative: take away); the caller holds the lock."""
-        self._queued_sentences += sentences
-        self._queued_tokens += tokens
-        self._queued_work += work
+    def _take(self, job: Job, end: int) -> None:
+        """Hand parts up to `end` of `job` to a call (all of them: it will not be decoded further):
+        they no longer wait. The caller holds the lock."""
+        sentences, tokens, work = job.waiting, job.tokens, job.work
+        job.taken = end
+        self._queued_sentences -= sentences - job.waiting
+        self._queued_tokens -= tokens - job.tokens
+        self._queued_work -= work - job.work
 
     def _forget(self, job: Job) -> None:
-        """Take what of `job` still waits out of the counts, for a job that will not be decoded further."""
         with self._changed:
-            self._count(job, -(len(job.prepared) - job.taken), -job.tokens, -job.work)
-            job.taken = len(job.prepared)
+            self._take(job, len(job.parts))
 
     def _run(self) -> None:
         while True:
@@ -242,26 +260,24 @@ class Batcher:
                 job = self._queue.popleft()
                 if job.cancelled:
                     self.stats.cancelled += 1
-                    self._count(job, -(len(job.prepared) - job.taken), -job.tokens, -job.work)
+                    self._take(job, len(job.parts))
                     continue
                 if turn and not (self.batching and job.joins(turn[0].job)):
                     kept.append(job)
                     continue
                 end = job.taken
-                while end < len(job.prepared):
-                    more = job.sentence_tokens[end]
+                while end < len(job.parts):
+                    more = job.part_tokens[end]
                     if (turn or end > job.taken) and (
                         tokens + more > self.token_budget or work + more * job.weight > self.turn_work
                     ):
                         break
                     tokens, work, end = tokens + more, work + more * job.weight, end + 1
-                if end == job.taken:  # the turn is full
+                if end == job.taken and job.parts:  # the turn is full
                     kept.append(job)
                     continue
-                taken = sum(job.sentence_tokens[job.taken : end])
-                self._count(job, -(end - job.taken), -taken, -taken * job.weight)
                 turn.append(Slice(job, job.taken, end))
-                job.taken = end
+                self._take(job, end)
             self._queue = kept
             self._last_group_size = len(turn)
             return turn
@@ -275,7 +291,7 @@ class Batcher:
         with self._changed:
             for piece in turn:
                 job = piece.job
-                if job.taken < len(job.prepared) and piece.end == job.taken:
+                if job.taken < len(job.parts) and piece.end == job.taken:
                     if piece.start == 0:
                         self.stats.sliced += 1
                     self._queue.append(job)  # the rest of it, behind whoever came meanwhile
@@ -288,31 +304,31 @@ class Batcher:
         search steps, and its memory goes with it."""
         if len(turn) > 1:
             try:
-                results = self._translate_slices(turn)
+                outputs = self._search(turn)
             except SearchStopped:
                 self._stopped(turn)
                 return
             except Exception:
-                results = None
-            if results is not None:
-                for piece, result in zip(turn, results):
-                    self._decoded(piece, result)
+                outputs = None
+            if outputs is not None:
+                for piece, found in zip(turn, outputs):
+                    self._decoded(piece, found)
                 return
         for piece in turn:
             try:
-                self._decoded(piece, self._translate_slices([piece])[0])
+                self._decoded(piece, self._search([piece])[0])
             except SearchStopped:
                 self._stopped([piece])
             except Exception as error:
                 self._forget(piece.job)
                 piece.job.answer(error=error)
 
-    def _decoded(self, piece: Slice, result: list[Translation]) -> None:
-        """A slice's translations: the job is answered once its last slice is in."""
+    def _decoded(self, piece: Slice, found: list[list[Hypothesis]]) -> None:
+        """A slice's outputs: the job's translations are assembled and sent once its last part is in."""
         job = piece.job
-        job.done.extend(result)
-        if len(job.done) == len(job.prepared):
-            job.answer(job.done)
+        job.outputs.extend(found)
+        if len(job.outputs) == len(job.parts):
+            job.answer(assemble(self.engine, job.prepared, job.outputs, job.options))
 
     def _stopped(self, turn: list[Slice]) -> None:
         self.stats.stopped += 1
@@ -320,16 +336,17 @@ class Batcher:
             self._forget(piece.job)
             piece.job.answer(dropped=True)
 
-    def _translate_slices(self, turn: list[Slice]) -> list[list[Translation]]:
-        prepared = [source for piece in turn for source in piece.job.prepared[piece.start : piece.end]]
+    def _search(self, turn: list[Slice]) -> list[list[list[Hypothesis]]]:
+        """Each slice's parts decoded (stages 2 and 3 of the pipeline), in one call."""
+        parts = [part for piece in turn for part in piece.job.parts[piece.start : piece.end]]
         jobs = [piece.job for piece in turn]
-        translations = translate_prepared(
-            self.engine, prepared, jobs[0].options, stop=lambda: all(job.cancelled for job in jobs)
-        )
+        outputs = decode_parts_with_terms(
+            self.engine, parts, jobs[0].options, stop=lambda: all(job.cancelled for job in jobs)
+        ).outputs
         self.stats.calls += 1
-        self.stats.sentences += len(prepared)
-        results, start = [], 0
+        self.stats.sentences += sum(len(piece.job.prepared) for piece in turn if piece.end == len(piece.job.parts))
+        found, start = [], 0
         for piece in turn:
-            results.append(translations[start : start + piece.end - piece.start])
+            found.append(outputs[start : start + piece.end - piece.start])
             start += piece.end - piece.start
-        return results
+        return found

@@ -63,7 +63,7 @@ class Limits:
     max_terms: int = 256  # glossary terms per request
     max_prefix_characters: int = 500  # per prefix
     max_attention_sentences: int = 16  # per request asking for attention or alignment: each is layers x heads x T^2
-    timeout: float = 30.0  # seconds a request may wait for its translation
+    timeout: float = 30.0  # seconds a request may wait for its decoding to begin (one call, for /health)
     shutdown_grace: float = 10.0  # seconds SIGTERM leaves accepted requests before the process exits
     queue_sentences: int = 2048  # sentences waiting per model: more are answered 429
     queue_work: int = 120_000  # source tokens x beam waiting per model: more are answered 429
@@ -198,7 +198,9 @@ class Server:
             raise RequestError(f"{error}; slow down and try again", 429) from None
         except asyncio.TimeoutError:
             raise RequestError(
-                f"the translation took longer than this server's {self.limits.timeout:g} s", 503
+                f"the translation did not begin within this server's {self.limits.timeout:g} s: it is busy; "
+                f"try again later",
+                503,
             ) from None
         except UserError as error:
             raise RequestError(str(error)) from None
