@@ -34,7 +34,7 @@ async def _send_while_stopped(server, bodies, path="/translate", queued=None):
 
 @pytest.mark.parametrize("batching", [True, False])
 def test_concurrent_requests_decode_together_and_answer_as_alone(served_checkpoint, batching):
-    server = server_of(served_checkpoint, batching=batching)
+    server = server_of(served_checkpoint, batching=batching, turn_work=10**6)  # one turn for all
     sentences = SENTENCES * 3
     answers = asyncio.run(_send_while_stopped(server, [{"q": s, "source": "en", "target": "zh"} for s in sentences]))
     alone = [reference(server, [sentence])[0].text for sentence in sentences]
@@ -432,3 +432,48 @@ def test_a_long_request_goes_in_turns_and_a_short_one_is_answered_between_them(s
     batcher = server.batchers["en-zh"]
     assert batcher.stats.sliced == 1 and batcher.stats.calls > 3
     assert batcher.queued_work == batcher.queued_sentences == 0, "every slice's work left the queue"
+
+
+def test_shutdown_past_its_grace_stops_a_search_in_progress_and_ends_the_worker(served_checkpoint):
+    """A decode still running when the grace is over is cancelled and stops at its next step, so
+    the worker thread ends and the process can exit cleanly (a thread left inside torch aborts it)."""
+    import time
+
+    from attn_cli.vocab import EOS_ID
+
+    server = server_of(served_checkpoint)
+    model = server.models.named("en-zh").engine.models[0]
+    decode = model.decode
+
+    def never_ending(*args, **kwargs):
+        time.sleep(0.01)
+        logits = decode(*args, **kwargs)
+        logits[..., EOS_ID] = float("-inf")
+        return logits
+
+    model.decode = never_ending
+    from attn_cli.serving.request import TranslationRequest
+
+    request = TranslationRequest(
+        [SENTENCES[0]],
+        source="en",
+        target="zh",
+        options={"beam_size": 16, "max_len_b": 512, "learned_lengths": False, "no_loops": False},
+    )
+
+    async def scenario():
+        server.start()
+        work = asyncio.ensure_future(server.translate(request))
+        while server.batchers["en-zh"].decoding_since is None:
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        await asyncio.to_thread(server.stop, 0.3)
+        waited = time.monotonic() - began
+        with pytest.raises(asyncio.CancelledError):
+            await work
+        return waited
+
+    waited = asyncio.run(scenario())
+    assert not server.batchers["en-zh"]._thread.is_alive(), "the worker ended"
+    assert server.batchers["en-zh"].stats.stopped == 1
+    assert waited < 2.5, f"stop took {waited:.1f} s"

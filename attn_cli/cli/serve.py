@@ -54,7 +54,7 @@ def serve(
         help="Work waiting per model (source tokens x beam) before requests get 429.",
     ),
     turn_work: int = typer.Option(
-        2000,
+        600,
         "--turn-work",
         min=1,
         help="Work (source tokens x beam) in one decoding call: a longer request goes in turns with others.",

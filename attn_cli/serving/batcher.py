@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from attn_cli.decoding.engine import Engine
 
 
+CANCELLED_GRACE = 2.0  # seconds a worker has to stop once its jobs are cancelled at shutdown
+
+
 class QueueFull(Exception):
     """The queue has no room for a request's sentences."""
 
@@ -137,7 +140,7 @@ class Batcher:
         token_budget: int = 4000,
         batching=True,
         work_capacity: int = 120_000,
-        turn_work: int = 2000,
+        turn_work: int = 600,
     ):
         self.engine, self.capacity, self.max_wait, self.token_budget = engine, capacity, max_wait, token_budget
         self.work_capacity, self.turn_work = work_capacity, turn_work
@@ -150,6 +153,7 @@ class Batcher:
         self._stopping = False
         self._last_group_size = 0  # jobs the last decoding call served: more than one means concurrent load
         self.decoding_since: float | None = None  # time.monotonic() when the running call began; None: idle
+        self._turn: list[Slice] = []  # the running call's slices
         language = engine.config.data
         self._thread = threading.Thread(
             target=self._run, name=f"model-worker-{language.src_lang}-{language.tgt_lang}", daemon=True
@@ -167,11 +171,17 @@ class Batcher:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Accept nothing more, answer every job already queued, end the worker."""
+        """Accept nothing more, answer every job already queued, end the worker. After `timeout`
+        seconds every job left is cancelled, so that the worker stops at its next search step."""
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            with self._changed:
+                for job in [*self._queue, *(piece.job for piece in self._turn)]:
+                    job.cancelled = True
+            self._thread.join(CANCELLED_GRACE)
 
     async def translate(
         self, prepared: Sequence[SourceParts], options: DecodeConfig, timeout=None
@@ -283,11 +293,11 @@ class Batcher:
             return turn
 
     def _decode(self, turn: list[Slice]) -> None:
-        self.decoding_since = time.monotonic()
+        self.decoding_since, self._turn = time.monotonic(), turn
         try:
             self._decode_turn(turn)
         finally:
-            self.decoding_since = None
+            self.decoding_since, self._turn = None, []
         with self._changed:
             for piece in turn:
                 job = piece.job

@@ -69,7 +69,7 @@ class Limits:
     queue_work: int = 120_000  # source tokens x beam waiting per model: more are answered 429
     max_wait: float = 0.005  # seconds the worker waits for more requests to decode together
     token_budget: int = 4000  # source tokens decoded together
-    turn_work: int = 2000  # source tokens x beam in one decoding call: a longer request goes in turns
+    turn_work: int = 600  # source tokens x beam in one decoding call: a longer request goes in turns
     batching: bool = True  # False: one request per decoding call
 
 
@@ -264,6 +264,9 @@ async def while_connected(connection, awaitable):
     gone = asyncio.ensure_future(_disconnected(connection))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself is cancelled (shutdown's grace is over): so is its work
+        work.cancel()
+        raise
     finally:
         gone.cancel()
     if work.done():
