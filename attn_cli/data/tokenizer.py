@@ -27,6 +27,10 @@ from attn_cli.errors import UserError
 from attn_cli.files import write_whole
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+# Below this many texts, SentencePiece is called once per text rather than with the list (its
+# thread pool's start costs more than it saves; the two cross near 100 short sentences).
+SMALL_BATCH = 100
+
 
 class TokenizerError(UserError, ValueError):
     """Tokenizer training or loading failed; the message names the config key to change."""
@@ -88,11 +92,19 @@ class Tokenizer:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids without BOS/EOS; the batcher and the decoder add those."""
         if self.vocabulary is None:
-            return self._sp.encode(list(texts), out_type=int)
+            return self._each_or_batch(self._sp.encode, list(texts), out_type=int)
         return [[self._ids.get(piece, UNK_ID) for piece in pieces] for pieces in self.encode_pieces(texts)]
 
     def encode_pieces(self, texts: Sequence[str]) -> list[list[str]]:
-        return self._sp.encode(list(texts), out_type=str)
+        return self._each_or_batch(self._sp.encode, list(texts), out_type=str)
+
+    @staticmethod
+    def _each_or_batch(call, items: list, **options) -> list:
+        """SentencePiece's list calls start a thread pool, which costs more than a short sentence's
+        own encoding: fewer items than SMALL_BATCH go one by one (a server's request)."""
+        if len(items) < SMALL_BATCH:
+            return [call(item, **options) for item in items]
+        return call(items, **options)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Texts of id sequences, padding, BOS and EOS left out. An unknown piece stays visible, as
@@ -105,7 +117,7 @@ class Tokenizer:
         space and trims the text's ends ("我们 quit"), and so does this."""
         kept = [[i for i in seq if i == UNK_ID or i > EOS_ID] for seq in ids]
         if self.vocabulary is None:
-            return self._sp.decode(kept)
+            return self._each_or_batch(self._sp.decode, kept)
         texts = (self._sp.decode_pieces([self.vocabulary[i] for i in seq]) for seq in kept)
         return [text.replace("▁", " ").strip() for text in texts]
 
