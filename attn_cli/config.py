@@ -125,8 +125,8 @@ def _check_seed(key: str, seed: Optional[int]) -> None:
 class CorpusConfig:
     """Where parallel sentences come from. Which fields matter depends on `format`."""
 
-    format: Literal["tsv", "jsonl", "text", "hf"] = "tsv"
-    path: Optional[str] = None  # tsv, jsonl; a saved dataset directory for hf (load_from_disk)
+    format: Literal["tsv", "jsonl", "text", "tmx", "hf"] = "tsv"
+    path: Optional[str] = None  # tsv, jsonl, tmx; a saved dataset directory for hf (load_from_disk)
     src_path: Optional[str] = None  # text: one sentence per line, aligned with tgt_path
     tgt_path: Optional[str] = None
     src_column: int = 0  # tsv: zero-based column numbers; other columns are ignored
@@ -137,10 +137,13 @@ class CorpusConfig:
     hf_config: Optional[str] = None
     hf_split: str = "train"
     hf_data_files: Optional[str] = None
+    # In a .zip: the member to read (tsv, jsonl, tmx); format text takes the members of src_path and
+    # tgt_path that end in .SRC_LANG and .TGT_LANG, as OPUS's Moses downloads name them.
+    member: Optional[str] = None
 
     def validate(self, path: str) -> None:
         _check_numbers(self, path)
-        if self.format in ("tsv", "jsonl") and not self.path:
+        if self.format in ("tsv", "jsonl", "tmx") and not self.path:
             _fail(f"{path}.path", f"format {self.format!r} needs a file path, e.g. path: data/corpus.{self.format}")
         if self.format == "text" and not (self.src_path and self.tgt_path):
             _fail(path, "format 'text' needs both src_path and tgt_path (two aligned files, one sentence per line)")
@@ -177,6 +180,10 @@ class DataConfig:
     max_length_ratio: float = 4.0  # drop training pairs whose token lengths differ more than this
     strict: bool = False  # malformed lines are an error instead of being skipped and reported
     cache_dir: Optional[str] = None  # where the tokenized training data is kept; null: RUN/data/prepared
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        return self.src_lang, self.tgt_lang
 
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.split_seed", self.split_seed)  # before the general check: its own range is narrower

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import itertools
 import json
 import lzma
+import zipfile
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -21,6 +25,7 @@ from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_na
 from attn_cli.errors import UserError
 
 Pair = tuple[str, str]
+Languages = Optional[tuple[str, str]]  # (source, target) language codes
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -53,18 +58,72 @@ class ReadReport:
         return f"skipped {count} malformed line{'s' if count != 1 else ''}: {shown}{more}"
 
 
-class _Skipper:
-    """Handles one malformed line: raise in strict mode, otherwise record it and carry on."""
+# The first lines that say whether a file is read the way the config says: when more than half of
+# them are malformed, reading stops there with a guess at the cause, instead of skipping a whole file.
+FIRST_LINES = 200
 
-    def __init__(self, strict: bool, report: Optional[ReadReport]):
+
+class _Skipper:
+    """Handles one malformed line: raise in strict mode, otherwise record it and carry on; and stops
+    early when most of the first lines are malformed."""
+
+    def __init__(self, strict: bool, report: Optional[ReadReport], cfg: CorpusConfig, key: str):
         self.strict = strict
         self.report = report
+        self.cfg, self.key = cfg, key
+        self.kept = 0
+        self.early: list[SkippedLine] = []  # the malformed among the first lines
 
     def skip(self, source: str, line: int, reason: str) -> None:
         if self.strict:
             raise DataError(f"{source}:{line}: {reason} (set data.strict: false to skip such lines)")
         if self.report is not None:
             self.report.skipped.append(SkippedLine(source, line, reason))
+        if self.kept + len(self.early) < FIRST_LINES:
+            self.early.append(SkippedLine(source, line, reason))
+            self.check_first_lines()
+
+    def keep(self) -> None:
+        self.kept += 1
+        if self.kept + len(self.early) == FIRST_LINES:
+            self.check_first_lines()
+
+    def check_first_lines(self, at_end: bool = False) -> None:
+        """DataError when more than half of the first lines (of all, at the end of a short file)
+        are malformed, with the commonest reason and a guess at the fix."""
+        seen = self.kept + len(self.early)
+        if not self.early or (seen < FIRST_LINES and not at_end) or len(self.early) * 2 <= seen:
+            return
+        reasons = Counter(skipped.reason for skipped in self.early)
+        reason, _ = reasons.most_common(1)[0]
+        example = next(skipped for skipped in self.early if skipped.reason == reason)
+        raise DataError(
+            f"{example.source}: {len(self.early)} of the first {seen} lines are malformed "
+            f"({reason}, e.g. line {example.line}); {_guess(self.cfg, self.key, reason)}"
+        )
+
+
+def _guess(cfg: CorpusConfig, key: str, reason: str) -> str:
+    """What most likely makes most lines of a file malformed, and the fix."""
+    if reason == "invalid UTF-8":
+        return (
+            "is it binary, or in another encoding? attn reads gzip, bz2, xz, zstd and zip files by their "
+            "first bytes; convert other encodings to UTF-8 (iconv -t UTF-8)"
+        )
+    if cfg.format == "tsv" and reason.endswith("found 1"):
+        return (
+            f"the lines have no tab: two aligned files are {key}.format: text (src_path, tgt_path), "
+            f"JSON lines format: jsonl, a TMX file format: tmx"
+        )
+    if cfg.format == "tsv" and reason.startswith("expected"):
+        return f"check {key}.src_column and {key}.tgt_column (columns count from 0)"
+    if reason.startswith("invalid JSON") or reason.startswith("expected a JSON object"):
+        return f"is it JSON lines? tab-separated text is {key}.format: tsv"
+    if reason.startswith("missing field") or reason.startswith("field "):
+        return f"set {key}.src_field and {key}.tgt_field to the fields that hold the two sides"
+    if "variant" in reason:
+        return "check data.src_lang and data.tgt_lang against the file's xml:lang codes"
+    return f"check {key} against the file"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,39 +131,64 @@ class _Skipper:
 
 
 def iter_corpus(
-    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+    cfg: CorpusConfig,
+    strict: bool = False,
+    report: Optional[ReadReport] = None,
+    config_key: str = "data.corpus",
+    languages: Languages = None,
 ) -> Iterator[Pair]:
     """The (source, target) pairs that `cfg` describes, surrounding whitespace stripped, read as a
     stream: a corpus of any size costs the memory of one line (or one batch of dataset rows).
 
     `config_key` is the YAML path of `cfg`, used only in error messages (e.g. "data.valid_corpus").
+    `languages`, (data.src_lang, data.tgt_lang), say which TMX variants and which members of an
+    OPUS .zip are the source and the target.
     """
-    return (pair for _, pair in iter_numbered_corpus(cfg, strict, report, config_key))
+    return (pair for _, pair in iter_numbered_corpus(cfg, strict, report, config_key, languages))
 
 
 def iter_numbered_corpus(
-    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+    cfg: CorpusConfig,
+    strict: bool = False,
+    report: Optional[ReadReport] = None,
+    config_key: str = "data.corpus",
+    languages: Languages = None,
 ) -> Iterator[tuple[int, Pair]]:
     """`iter_corpus`, each pair with the 1-based line it was read from (the row + 1 of a dataset),
     so that a report about a pair can point at it in the file."""
-    readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "hf": _read_hf}
+    readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "tmx": _read_tmx, "hf": _read_hf}
     if cfg.format not in readers:
-        raise DataError(f"{config_key}.format: {cfg.format!r} is not one of 'tsv', 'jsonl', 'text', 'hf'")
-    for line, pair in readers[cfg.format](cfg, _Skipper(strict, report), config_key):
+        raise DataError(f"{config_key}.format: {cfg.format!r} is not one of {', '.join(map(repr, readers))}")
+    skipper = _Skipper(strict, report, cfg, config_key)
+    for line, pair in readers[cfg.format](cfg, skipper, config_key, languages or ("en", "zh")):
+        skipper.keep()
         if report is not None:
             report.read += 1
         yield line, pair
+    skipper.check_first_lines(at_end=True)
 
 
 def read_corpus(
-    cfg: CorpusConfig, strict: bool = False, report: Optional[ReadReport] = None, config_key: str = "data.corpus"
+    cfg: CorpusConfig,
+    strict: bool = False,
+    report: Optional[ReadReport] = None,
+    config_key: str = "data.corpus",
+    languages: Languages = None,
 ) -> list[Pair]:
     """All pairs of a corpus small enough to hold in memory: a validation or test corpus."""
-    return list(iter_corpus(cfg, strict, report, config_key))
+    return list(iter_corpus(cfg, strict, report, config_key, languages))
 
 
-# Compressed corpora are read through these, by the file's suffix; any other file as it is.
-_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+# Compressed corpora are recognised by their first bytes, whatever their names.
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bz2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"PK\x03\x04": "zip",
+}
+# Members of an OPUS download that are not data.
+_NOT_DATA = ("readme", "license", "licence")
 
 
 def _corpus_file(path: Optional[str], key: str) -> str:
@@ -124,18 +208,80 @@ def _corpus_file(path: Optional[str], key: str) -> str:
     return file
 
 
-def _read_lines(path: Optional[str], key: str) -> Iterator[bytes]:
-    """The file's lines as raw bytes (BOM removed), so each line can be decoded on its own; read as
-    a stream, through gzip, xz or bz2 when the name ends in .gz, .xz or .bz2. Lines end at \\n only."""
+def _compression(file: str) -> Optional[str]:
+    with open(file, "rb") as stream:
+        head = stream.read(10)
+    if head.startswith(b"BZh") and head[4:10] != b"1AY&SY":  # text that happens to begin "BZh"
+        return None
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
+@contextmanager
+def open_corpus_file(path: Optional[str], key: str, member: Optional[str] = None, language: Optional[str] = None):
+    """The file as a binary stream, decompressed as its first bytes say (gzip, bz2, xz, zstd), or the
+    member of a .zip: `member` if named, else the one ending in `.language` (OPUS's Moses files), else
+    its only data file. DataError names the file, the key and the fix."""
     file = _corpus_file(path, key)
+    kind = _compression(file)
+    if kind is None:
+        with open(file, "rb") as stream:
+            yield stream
+    elif kind == "zip":
+        with (
+            zipfile.ZipFile(file) as archive,
+            archive.open(_zip_member(archive, path, key, member, language)) as stream,
+        ):
+            yield stream
+    elif kind == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise DataError(
+                f"{path} ({key}) is Zstandard-compressed; install zstandard to read it "
+                f"(pip install zstandard), or decompress it with zstd -d"
+            ) from None
+        with open(file, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+            yield io.BufferedReader(stream)
+    else:
+        with {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}[kind](file, "rb") as stream:
+            yield stream
+
+
+def _zip_member(archive: zipfile.ZipFile, path: str, key: str, member: Optional[str], language: Optional[str]) -> str:
+    names = [info.filename for info in archive.infolist() if not info.is_dir()]
+    listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    if member is not None:
+        if member not in names:
+            raise DataError(f"{path} has no member {member!r} ({key.rsplit('.', 1)[0]}.member); it holds {listed}")
+        return member
+    data = [name for name in names if not Path(name).name.lower().startswith(_NOT_DATA)]
+    if language is not None:
+        ending = [name for name in data if name.endswith(f".{language}")]
+        if len(ending) == 1:
+            return ending[0]
+    if len(data) == 1:
+        return data[0]
+    wanted = f"one ending in .{language}, " if language is not None else ""
+    raise DataError(f"{path} ({key}) holds {listed}: {wanted}name the one to read with {key.rsplit('.', 1)[0]}.member")
+
+
+def _read_lines(
+    path: Optional[str], key: str, member: Optional[str] = None, language: Optional[str] = None
+) -> Iterator[bytes]:
+    """The file's lines as raw bytes (BOM removed), so each line can be decoded on its own; read as
+    a stream, decompressed or taken from a .zip (`open_corpus_file`). Lines end at \\n only."""
     try:
-        with _OPENERS.get(Path(file).suffix, open)(file, "rb") as stream:
+        with open_corpus_file(path, key, member, language) as stream:
             for number, line in enumerate(stream):
                 if number == 0 and line.startswith(_UTF8_BOM):
                     line = line[len(_UTF8_BOM) :]
                 # A final newline ends the last line; it does not start an extra empty one.
                 yield line[:-1] if line.endswith(b"\n") else line
-    except (OSError, EOFError, lzma.LZMAError) as error:  # a truncated or corrupt compressed file
+    except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as error:  # truncated or corrupt
+        raise DataError(f"cannot read {path} ({key}): {error}") from None
+    except Exception as error:  # zstandard's own ZstdError
+        if type(error).__name__ != "ZstdError":
+            raise
         raise DataError(f"cannot read {path} ({key}): {error}") from None
 
 
@@ -155,9 +301,11 @@ def _empty_side(src: str, tgt: str) -> Optional[str]:
     return None
 
 
-def _decoded_lines(path: Optional[str], key: str, skipper: _Skipper) -> Iterable[tuple[int, str]]:
+def _decoded_lines(
+    path: Optional[str], key: str, skipper: _Skipper, member: Optional[str] = None
+) -> Iterable[tuple[int, str]]:
     """(1-based line number, text) for each line that is valid UTF-8; the others are skipped."""
-    for number, raw in enumerate(_read_lines(path, key), start=1):
+    for number, raw in enumerate(_read_lines(path, key, member), start=1):
         line = _decode(raw)
         if line is None:
             skipper.skip(path, number, "invalid UTF-8")
@@ -165,9 +313,9 @@ def _decoded_lines(path: Optional[str], key: str, skipper: _Skipper) -> Iterable
         yield number, line
 
 
-def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
+def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
     needed = max(cfg.src_column, cfg.tgt_column) + 1
-    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
+    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper, cfg.member):
         # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
         if not line.strip() and "\t" not in line:
             continue
@@ -221,8 +369,10 @@ def _not_encodable(src: str, tgt: str) -> Optional[str]:
     return None
 
 
-def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
-    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper):
+def _read_jsonl(
+    cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]
+) -> Iterator[tuple[int, Pair]]:
+    for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper, cfg.member):
         if not line.strip():
             continue
         try:
@@ -240,10 +390,11 @@ def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tupl
         yield number, pair
 
 
-def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]:
-    """Line N of the source file with line N of the target file, read side by side."""
-    src_lines = _read_lines(cfg.src_path, f"{key}.src_path")
-    tgt_lines = _read_lines(cfg.tgt_path, f"{key}.tgt_path")
+def _aligned_lines(cfg: CorpusConfig, key: str, languages: tuple[str, str]) -> Iterator[tuple[bytes, bytes]]:
+    """Line N of the source file with line N of the target file, read side by side (from one .zip,
+    its members ending in .SRC_LANG and .TGT_LANG)."""
+    src_lines = _read_lines(cfg.src_path, f"{key}.src_path", None, languages[0])
+    tgt_lines = _read_lines(cfg.tgt_path, f"{key}.tgt_path", None, languages[1])
     for number, (src_raw, tgt_raw) in enumerate(itertools.zip_longest(src_lines, tgt_lines), start=1):
         if src_raw is None or tgt_raw is None:
             # Misaligned files would pair every later sentence with the wrong translation.
@@ -257,8 +408,10 @@ def _aligned_lines(cfg: CorpusConfig, key: str) -> Iterator[tuple[bytes, bytes]]
         yield src_raw, tgt_raw
 
 
-def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
-    for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key), start=1):
+def _read_text(
+    cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]
+) -> Iterator[tuple[int, Pair]]:
+    for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key, languages), start=1):
         src, tgt = _decode(src_raw), _decode(tgt_raw)
         if src is None or tgt is None:
             skipper.skip(cfg.src_path if src is None else cfg.tgt_path, number, "invalid UTF-8")
@@ -272,11 +425,65 @@ def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple
         yield number, (src, tgt)
 
 
+def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
+    """A TMX file's translation units, read as a stream (each unit cleared once read): the `seg` of
+    the variant whose xml:lang (or lang) has the source language's primary subtag, and the target's.
+    Inline markup (bpt, ept, ph, it) is left out of the text; what it encloses (hi, sub) is kept."""
+    from xml.etree.ElementTree import ParseError, iterparse
+
+    wanted = [code.split("-")[0].split("_")[0].lower() for code in languages]
+    xml_lang = "{http://www.w3.org/XML/1998/namespace}lang"
+    unit = 0
+    try:
+        with open_corpus_file(cfg.path, f"{key}.path", cfg.member) as stream:
+            for _, element in iterparse(stream, events=("end",)):
+                if element.tag != "tu":
+                    continue
+                unit += 1
+                found: dict[str, str] = {}
+                for variant in element.iter("tuv"):
+                    code = (variant.get(xml_lang) or variant.get("lang") or "").split("-")[0].split("_")[0].lower()
+                    segment = variant.find("seg")
+                    if code in wanted and code not in found and segment is not None:
+                        found[code] = " ".join(_segment_text(segment).split())
+                element.clear()
+                src, tgt = found.get(wanted[0]), found.get(wanted[1])
+                if src is None or tgt is None:
+                    missing = languages[0] if src is None else languages[1]
+                    skipper.skip(cfg.path, unit, f"translation unit without a {missing} variant")
+                    continue
+                problem = _empty_side(src, tgt)
+                if problem:
+                    skipper.skip(cfg.path, unit, problem)
+                    continue
+                yield unit, (src, tgt)
+    except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as error:
+        raise DataError(f"cannot read {cfg.path} ({key}.path): {error}") from None
+    except ParseError as error:
+        line, column = error.position
+        raise DataError(
+            f"{cfg.path}:{line}: not well-formed XML at column {column} ({key}.path, format tmx); "
+            f"fix the file or convert it to TSV"
+        ) from None
+
+
+_INLINE_CODES = {"bpt", "ept", "ph", "it", "ut"}  # TMX inline markup: formatting codes, not text
+
+
+def _segment_text(segment) -> str:
+    parts = [segment.text or ""]
+    for child in segment:
+        if child.tag not in _INLINE_CODES:
+            parts.append(_segment_text(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
 # Rows of a dataset taken from its Arrow table at a time: Python objects for these only.
 _HF_ROWS_AT_A_TIME = 10_000
 
 
-def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str) -> Iterator[tuple[int, Pair]]:
+def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
     dataset = _open_hf_dataset(cfg, key)
     source = f"hf:{cfg.path or cfg.hf_name}"
     src_top = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")

@@ -60,7 +60,7 @@ class CorpusSplit:
 
     def _roles_and_pairs(self) -> Iterator[tuple[int, Pair]]:
         roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
-        stream = iter_corpus(self.data.corpus, config_key="data.corpus")
+        stream = iter_corpus(self.data.corpus, config_key="data.corpus", languages=self.data.languages)
         for role, pair in itertools.zip_longest(roles, stream):
             if role is None or pair is None:  # the roles were planned for another version of the file
                 raise DataError(
@@ -77,24 +77,39 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     length-sorted corpus would hold only short sentences) is split instead of the whole corpus.
     """
     keys = array("Q")
-    for source, _ in track(iter_corpus(data.corpus, data.strict, report, "data.corpus"), "reading data.corpus", None):
+    for source, _ in track(
+        iter_corpus(data.corpus, data.strict, report, "data.corpus", data.languages), "reading data.corpus", None
+    ):
         keys.append(source_key(source))
     roles = np.full(len(keys), TRAIN, dtype=np.uint8)
     if data.max_pairs is not None and data.max_pairs < len(keys):
         roles[:] = UNUSED
         roles[sorted(random.Random(data.split_seed).sample(range(len(keys)), data.max_pairs))] = TRAIN
-    valid = read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus") if data.valid_corpus else None
-    test = read_corpus(data.test_corpus, data.strict, report, "data.test_corpus") if data.test_corpus else None
+    valid = (
+        read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus", data.languages)
+        if data.valid_corpus
+        else None
+    )
+    test = (
+        read_corpus(data.test_corpus, data.strict, report, "data.test_corpus", data.languages)
+        if data.test_corpus
+        else None
+    )
     if valid is not None and test is not None:
         return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()))
 
     sampled = np.flatnonzero(roles == TRAIN)
-    sides, group_rank = assign_sides(
-        np.frombuffer(keys, dtype=np.uint64)[sampled],
-        valid_size=0 if valid is not None else data.valid_size,
-        test_size=0 if test is not None else data.test_size,
-        seed=data.split_seed,
-    )
+    try:
+        sides, group_rank = assign_sides(
+            np.frombuffer(keys, dtype=np.uint64)[sampled],
+            valid_size=0 if valid is not None else data.valid_size,
+            test_size=0 if test is not None else data.test_size,
+            seed=data.split_seed,
+        )
+    except DataError as error:  # too few pairs: the lines skipped on the way may say why
+        if report is None or not report.skipped:
+            raise
+        raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
     split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()))
     rank = np.zeros(len(roles), dtype=np.int64)

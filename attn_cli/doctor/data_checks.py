@@ -63,7 +63,7 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     data = cfg.data
     report = ReadReport()
     held_out = {
-        name: _source_keys(corpus, f"data.{name}_corpus")
+        name: _source_keys(corpus, f"data.{name}_corpus", data.languages)
         for name, corpus in (("valid", data.valid_corpus), ("test", data.test_corpus))
         if corpus is not None
     }
@@ -71,7 +71,7 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     copies, log_ratios, lines = Examples(), array("f"), array("q")
     counter = _CorpusTokenCounter(cfg, tokenizers) if tokenizers is not None and prepared is None else None
     pairs = 0
-    for line, (source, target) in iter_numbered_corpus(data.corpus, False, report, "data.corpus"):
+    for line, (source, target) in iter_numbered_corpus(data.corpus, False, report, "data.corpus", data.languages):
         pairs += 1
         if source == target:
             copies.add(line)
@@ -85,7 +85,7 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
         if counter is not None:
             counter.add(source, target)
     if len(held_out) == 2:
-        overlaps["valid and test"] = _common_sources(data.valid_corpus, held_out["test"])
+        overlaps["valid and test"] = _common_sources(data.valid_corpus, held_out["test"], data.languages)
     typical, outliers = _length_outliers(np.frombuffer(log_ratios, dtype=np.float32), lines, data.max_length_ratio)
     tokens = (
         prepared_token_counts(tokenizers, prepared)
@@ -97,14 +97,14 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     return CorpusScan(pairs, report, copies, outliers, typical, overlaps, tokens)
 
 
-def _source_keys(corpus: CorpusConfig, key: str) -> set[int]:
-    return {source_key(source) for _, (source, _) in iter_numbered_corpus(corpus, config_key=key)}
+def _source_keys(corpus: CorpusConfig, key: str, languages: tuple[str, str]) -> set[int]:
+    return {source_key(source) for _, (source, _) in iter_numbered_corpus(corpus, config_key=key, languages=languages)}
 
 
-def _common_sources(valid: CorpusConfig, test_keys: set[int]) -> Examples:
+def _common_sources(valid: CorpusConfig, test_keys: set[int], languages: tuple[str, str]) -> Examples:
     """Lines of data.valid_corpus whose source is also a source of data.test_corpus."""
     common = Examples()
-    for line, (source, _) in iter_numbered_corpus(valid, config_key="data.valid_corpus"):
+    for line, (source, _) in iter_numbered_corpus(valid, config_key="data.valid_corpus", languages=languages):
         if source_key(source) in test_keys:
             common.add(line)
     return common
