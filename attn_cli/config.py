@@ -165,6 +165,34 @@ class CorpusConfig:
 
 
 @dataclass(frozen=True)
+class FiltersConfig:
+    """Cleaning of the training corpus (attn_cli/data/filters.py), as its pairs are read, before the
+    split. Every rule is off by default (false or null keeps what the corpus holds); docs/
+    configuration.md gives a set for noisy data."""
+
+    duplicates: Literal["pair", "source", "off"] = "off"  # keep the first of pairs (or sources) seen twice
+    held_out: bool = False  # drop training pairs whose source is a source of data.valid_corpus or data.test_corpus
+    copies: bool = False  # source and target the same text (case and spaces aside)
+    max_characters: Optional[int] = None  # a side longer than this
+    max_character_ratio: Optional[float] = None  # one side this many times longer than the other, in characters
+    markup: bool = False  # HTML or XML tags and entities (&amp; &#160;) left in the text
+    max_repeats: Optional[int] = None  # one character repeated back to back more than this
+    control_characters: bool = False  # characters that are no text (C0/C1 controls but tab)
+    min_script_share: Optional[float] = None  # words in the script of the side's language, for languages with one
+    language_id: bool = False  # py3langid: each side in its language (pip install py3langid)
+
+    def validate(self, path: str) -> None:
+        _check_numbers(self, path)
+        for key in ("max_characters", "max_repeats"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be >= 1, or null for no limit")
+        if self.max_character_ratio is not None and self.max_character_ratio < 1:
+            _fail(f"{path}.max_character_ratio", f"{self.max_character_ratio} must be >= 1, or null for no limit")
+        if self.min_script_share is not None and not 0 <= self.min_script_share <= 1:
+            _fail(f"{path}.min_script_share", f"{self.min_script_share} must be between 0 and 1, or null")
+
+
+@dataclass(frozen=True)
 class DataConfig:
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     valid_corpus: Optional[CorpusConfig] = None  # when absent, valid and test are split off the corpus
@@ -179,6 +207,7 @@ class DataConfig:
     max_target_tokens: int = 128
     max_length_ratio: float = 4.0  # drop training pairs whose token lengths differ more than this
     strict: bool = False  # malformed lines are an error instead of being skipped and reported
+    filters: FiltersConfig = field(default_factory=FiltersConfig)
     cache_dir: Optional[str] = None  # where the tokenized training data is kept; null: RUN/data/prepared
 
     @property
@@ -189,6 +218,7 @@ class DataConfig:
         _check_seed(f"{path}.split_seed", self.split_seed)  # before the general check: its own range is narrower
         _check_numbers(self, path)
         self.corpus.validate(f"{path}.corpus")
+        self.filters.validate(f"{path}.filters")
         for key in ("valid_corpus", "test_corpus"):
             if getattr(self, key) is not None:
                 getattr(self, key).validate(f"{path}.{key}")

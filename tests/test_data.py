@@ -339,15 +339,15 @@ def test_split_too_small_corpus_raises(tmp_path: Path) -> None:
 
 def test_a_corpus_that_changes_between_the_passes_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "corpus.tsv"
-    path.write_text("".join(f"s{i}\tt{i}\n" for i in range(20)), encoding="utf-8")
+    path.write_text("".join(f"s{i}\t句{i}\n" for i in range(20)), encoding="utf-8")
     split = split_corpus(DataConfig(corpus=tsv_cfg(str(path)), valid_size=2, test_size=2))
-    path.write_text("".join(f"s{i}\tt{i}\n" for i in range(25)), encoding="utf-8")
+    path.write_text("".join(f"s{i}\t句{i}\n" for i in range(25)), encoding="utf-8")
     with pytest.raises(DataError, match="changed while it was being prepared"):
         list(split.train_pairs())
 
 
 def length_sorted_tsv(path: Path, count: int) -> str:
-    lines = [f"{'w ' * n}{n}\t{'字' * n}" for n in range(1, count + 1)]
+    lines = [f"{'w ' * n}{n}\t{''.join(chr(0x4E00 + i % 50) for i in range(n))}" for n in range(1, count + 1)]
     return write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 

@@ -22,8 +22,8 @@ def prepare(
     """Prepare a config's training data once, so that every later `attn train` (and every torchrun
     process) opens it memory-mapped instead of reading and tokenizing the corpus again.
 
-    Prints what it found: pairs read and skipped (by reason), dropped by the length filters, per
-    split; token counts and length percentiles.
+    Prints what it found: pairs read and skipped (by reason), removed by data.filters (by rule, with
+    examples), dropped by the length filters, per split; token counts and length percentiles.
 
     Example:
 
@@ -53,6 +53,10 @@ def prepare(
         f"validation {stats['valid_pairs']:,}, test {stats['test_pairs']:,}"
     )
     tell(f"  malformed lines skipped: {skipped}")
+    removed = stats.get("removed_by_filters")
+    if removed is not None:
+        each = ", ".join(f"{count:,} {rule}" for rule, count in removed.items()) or "none"
+        tell(f"  removed by data.filters: {each} (of {stats['corpus_pairs_read']:,} pairs read)")
     for side in ("source", "target"):
         tokens = stats[f"{side}_tokens"]
         if tokens["total"]:

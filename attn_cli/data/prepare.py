@@ -42,6 +42,11 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
     split = split_corpus(cfg.data, report, StageProgress(log).track)
     if report.skipped:
         log(report.summary())
+    if split.removals.counts:
+        log(split.removals.summary(split.read))
+    for rule, examples in split.removals.examples.items():
+        shown = "; ".join(f"line {line}" + (f": {pair[0]!r} → {pair[1]!r}" if pair else "") for line, pair in examples)
+        log(f"  {rule}, e.g. {shown}")
     log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
     return split
 
@@ -115,6 +120,8 @@ def prepare_data(
                 "valid_pairs": len(split.valid),
                 "test_pairs": len(split.test),
                 "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped)),
+                "corpus_pairs_read": split.read,
+                "removed_by_filters": dict(split.removals.counts),
             }
 
         prepared = save_prepared(cache_dir(cfg), name, write_train, split.valid, split.test)

@@ -1,7 +1,10 @@
 """Carving validation and test sets off a corpus of any size, without holding it in memory.
 
-The corpus is read as a stream twice. The first pass keeps only an 8-byte hash of each pair's
-source sentence; from these the split is planned as if the corpus were in memory: pairs grouped by
+The corpus is read as a stream twice, through the rules on one pair of data.filters
+(attn_cli/data/filters.py). The first pass keeps only 8-byte hashes of each pair's source sentence
+and of the pair, and its line; from these, duplicates and pairs whose source is held out in a
+separate validation or test corpus are dropped (data.filters.duplicates, held_out), and the split is
+planned as if the corpus were in memory: pairs grouped by
 source sentence (in order of first appearance), the groups shuffled with a seeded generator, and
 whole groups taken for test, then validation, until each holds at least its size. So all
 translations of a sentence land on one side, no source sentence is on two sides, and the sizes are
@@ -16,13 +19,14 @@ import hashlib
 import itertools
 import random
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 import numpy as np
 
 from attn_cli.config import DataConfig
-from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_corpus, read_corpus
+from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_numbered_corpus, read_corpus
+from attn_cli.data.filters import PairRules, Removals
 
 T = TypeVar("T")
 
@@ -42,6 +46,20 @@ def source_key(source: str) -> int:
     return int.from_bytes(hashlib.blake2b(source.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def pair_key(pair: Pair) -> int:
+    """A 64-bit hash of a pair, both sides."""
+    digest = hashlib.blake2b(pair[0].encode("utf-8") + b"\t" + pair[1].encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def corpus_stream(
+    data: DataConfig, strict: bool = False, report: Optional[ReadReport] = None, removals: Optional[Removals] = None
+) -> Iterator[tuple[int, Pair]]:
+    """data.corpus's (line, pair)s that break none of data.filters' rules on one pair."""
+    stream = iter_numbered_corpus(data.corpus, strict, report, "data.corpus", data.languages)
+    return PairRules(data.filters, data.languages).apply(stream, removals)
+
+
 @dataclass
 class CorpusSplit:
     """A corpus carved three ways: the validation and test pairs in memory, the training pairs
@@ -52,6 +70,8 @@ class CorpusSplit:
     test: list[Pair]
     roles: np.ndarray  # uint8, one per pair of the corpus stream: UNUSED, TRAIN, VALID or TEST
     train_count: int
+    removals: Removals = field(default_factory=Removals)  # what data.filters dropped
+    read: int = 0  # pairs read from data.corpus, before the filters
 
     def train_pairs(self) -> Iterator[Pair]:
         """The training pairs, in corpus order, read from the corpus files again."""
@@ -60,7 +80,7 @@ class CorpusSplit:
 
     def _roles_and_pairs(self) -> Iterator[tuple[int, Pair]]:
         roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
-        stream = iter_corpus(self.data.corpus, config_key="data.corpus", languages=self.data.languages)
+        stream = (pair for _, pair in corpus_stream(self.data))
         for role, pair in itertools.zip_longest(roles, stream):
             if role is None or pair is None:  # the roles were planned for another version of the file
                 raise DataError(
@@ -76,15 +96,17 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     With `data.max_pairs`, a seeded sample of that many pairs (in corpus order: a head slice of a
     length-sorted corpus would hold only short sentences) is split instead of the whole corpus.
     """
-    keys = array("Q")
-    for source, _ in track(
-        iter_corpus(data.corpus, data.strict, report, "data.corpus", data.languages), "reading data.corpus", None
-    ):
-        keys.append(source_key(source))
-    roles = np.full(len(keys), TRAIN, dtype=np.uint8)
-    if data.max_pairs is not None and data.max_pairs < len(keys):
-        roles[:] = UNUSED
-        roles[sorted(random.Random(data.split_seed).sample(range(len(keys)), data.max_pairs))] = TRAIN
+    report = report if report is not None else ReadReport()
+    removals = Removals()
+    keys, pairs, lines = array("Q"), array("Q"), array("Q")
+    by_pair = data.filters.duplicates == "pair"
+    stream = corpus_stream(data, data.strict, report, removals)
+    for line, pair in track(stream, "reading data.corpus", None):
+        keys.append(source_key(pair[0]))
+        lines.append(line)
+        if by_pair:
+            pairs.append(pair_key(pair))
+    read = report.read
     valid = (
         read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus", data.languages)
         if data.valid_corpus
@@ -95,8 +117,14 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         if data.test_corpus
         else None
     )
+    roles = np.full(len(keys), TRAIN, dtype=np.uint8)
+    _drop_across_pairs(data, roles, keys, pairs, lines, [*(valid or []), *(test or [])], removals)
+    if data.max_pairs is not None and data.max_pairs < int((roles == TRAIN).sum()):
+        kept = np.flatnonzero(roles == TRAIN)
+        roles[:] = UNUSED
+        roles[sorted(random.Random(data.split_seed).sample(kept.tolist(), data.max_pairs))] = TRAIN
     if valid is not None and test is not None:
-        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()))
+        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), removals, read)
 
     sampled = np.flatnonzero(roles == TRAIN)
     try:
@@ -111,7 +139,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
-    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()))
+    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()), removals, read)
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
@@ -121,6 +149,38 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         test if test is not None else carved[TEST],
         roles,
         split.train_count,
+        removals,
+        split.read,
+    )
+
+
+def _drop_across_pairs(
+    data: DataConfig,
+    roles: np.ndarray,
+    keys: array,
+    pairs: array,
+    lines: array,
+    held_out: list[Pair],
+    removals: Removals,
+) -> None:
+    """Mark UNUSED the pairs that data.filters drops across pairs: every occurrence of a pair (or of
+    a source) but the first, and pairs whose source is a source of a separate valid or test corpus."""
+    rules = data.filters
+    if rules.duplicates != "off" and len(keys):
+        seen = np.frombuffer(pairs if rules.duplicates == "pair" else keys, dtype=np.uint64)
+        first = np.zeros(len(seen), dtype=bool)
+        first[np.unique(seen, return_index=True)[1]] = True
+        _drop(roles, np.flatnonzero(~first), lines, "duplicates", removals)
+    if rules.held_out and held_out and len(keys):
+        withheld = np.array(sorted({source_key(source) for source, _ in held_out}), dtype=np.uint64)
+        found = np.isin(np.frombuffer(keys, dtype=np.uint64), withheld) & (roles == TRAIN)
+        _drop(roles, np.flatnonzero(found), lines, "held out", removals)
+
+
+def _drop(roles: np.ndarray, positions: np.ndarray, lines: array, rule: str, removals: Removals) -> None:
+    roles[positions] = UNUSED
+    removals.add_lines(
+        rule, [lines[position] for position in positions[: removals.kept_examples].tolist()], len(positions)
     )
 
 

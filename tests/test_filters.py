@@ -1,0 +1,111 @@
+"""data.filters: each rule drops the noise it is for and keeps clean pairs; the rules across pairs
+(duplicates, held-out sources) act on the split; every pass over the corpus sees the same pairs."""
+
+from pathlib import Path
+
+import pytest
+
+from attn_cli.config import CorpusConfig, DataConfig, FiltersConfig
+from attn_cli.data.corpus import ReadReport
+from attn_cli.data.filters import PairRules, Removals
+from attn_cli.data.split import split_corpus
+
+ALL_ON = FiltersConfig(
+    duplicates="pair",
+    held_out=True,
+    copies=True,
+    max_characters=200,
+    max_character_ratio=9.0,
+    markup=True,
+    max_repeats=10,
+    control_characters=True,
+    min_script_share=0.5,
+)
+
+CLEAN = [
+    ("Tom swam.", "Tom游泳。"),
+    ("I use Twitter.", "我用Twitter。"),
+    ("Wait...", "等一下……"),
+    ("It costs 100 dollars.", "这要100美元。"),
+    ("Do you like R&B?", "你喜欢R&B吗？"),
+    ('Tom said "no".', "汤姆说“不”。"),
+]
+NOISE = {
+    "control characters": ("Hello\x07 there.", "你好。"),
+    "markup": ("Click <b>here</b>.", "点击这里。"),
+    "copies": ("Hello there.", "hello  there."),
+    "too long": ("a " * 150, "一" * 50),
+    "length ratio": ("Someone is always on duty today.", "哈"),
+    "repeated character": ("Noooooooooooooo!", "不！"),
+    "script": ("I am a student.", "I am a student too."),
+}
+
+
+@pytest.mark.parametrize("rule", NOISE)
+def test_each_rule_drops_its_noise(rule):
+    rules = PairRules(ALL_ON, ("en", "zh"))
+    assert rules.first_broken(*NOISE[rule]) == rule
+
+
+def test_clean_pairs_break_no_rule_names_and_numbers_included():
+    rules = PairRules(ALL_ON, ("en", "zh"))
+    assert [rules.first_broken(*pair) for pair in CLEAN] == [None] * len(CLEAN)
+
+
+def test_swapped_sides_break_the_script_rule():
+    rules = PairRules(ALL_ON, ("en", "zh"))
+    assert rules.first_broken("我是学生。", "I am a student.") == "script"
+
+
+def test_the_rules_are_off_by_default():
+    rules = PairRules(FiltersConfig(), ("en", "zh"))
+    assert rules.rules == [] and all(rules.first_broken(*pair) is None for pair in NOISE.values())
+
+
+def test_language_identification_drops_a_side_in_another_language():
+    pytest.importorskip("py3langid")
+    rules = PairRules(FiltersConfig(language_id=True), ("en", "de"))
+    assert rules.first_broken("The house is small.", "Das Haus ist klein.") is None
+    assert rules.first_broken("The house is small.", "La maison est petite.") == "language"
+
+
+def _corpus(path: Path, pairs) -> CorpusConfig:
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return CorpusConfig(path=str(path))
+
+
+def test_the_split_drops_duplicates_and_held_out_sources_and_every_pass_agrees(tmp_path):
+    clean = [(f"Sentence {i}.", f"句子{i}。") for i in range(60)]
+    pairs = clean[:30] + [clean[3], NOISE["markup"], (clean[5][0], "另一个译文。")] + clean[30:]
+    valid = _corpus(tmp_path / "valid.tsv", [clean[7], ("Held out.", "留出。")])
+    test = _corpus(tmp_path / "test.tsv", [("Test.", "测试。")])
+    data = DataConfig(corpus=_corpus(tmp_path / "c.tsv", pairs), valid_corpus=valid, test_corpus=test, filters=ALL_ON)
+    split = split_corpus(data, ReadReport())
+    train = list(split.train_pairs())
+    assert split.read == len(pairs) and len(train) == split.train_count
+    expected = [p for i, p in enumerate(pairs) if i != 30 and p != NOISE["markup"] and p != clean[7]]
+    assert train == expected, "the second copy of a pair, the markup and the held-out source are gone"
+    assert split.removals.counts == {"duplicates": 1, "markup": 1, "held out": 1}
+    assert split.removals.examples["duplicates"] == [(31, None)]
+    assert split.removals.examples["markup"] == [(32, NOISE["markup"])]
+    by_source = split_corpus(
+        DataConfig(corpus=data.corpus, valid_corpus=valid, test_corpus=test, filters=FiltersConfig(duplicates="source"))
+    )
+    assert by_source.removals.counts == {"duplicates": 2}, "a second translation of a source goes too"
+
+
+def test_max_pairs_samples_among_the_pairs_the_filters_keep(tmp_path):
+    pairs = [(f"Sentence {i}.", f"句子{i}。") for i in range(40)] + [NOISE["markup"]] * 20
+    data = DataConfig(
+        corpus=_corpus(tmp_path / "c.tsv", pairs), valid_size=2, test_size=2, max_pairs=30, filters=ALL_ON
+    )
+    split = split_corpus(data)
+    assert split.train_count + len(split.valid) + len(split.test) == 30
+    assert NOISE["markup"] not in list(split.train_pairs())
+
+
+def test_removals_summarise_by_rule():
+    removals = Removals()
+    removals.add("copies", 3, ("a", "a"))
+    removals.add_lines("duplicates", [5, 9], 2)
+    assert removals.summary(100) == "filters removed 3 of 100 pairs: duplicates 2, copies 1"
