@@ -72,6 +72,7 @@ class CorpusSplit:
     train_count: int
     removals: Removals = field(default_factory=Removals)  # what data.filters dropped
     read: int = 0  # pairs read from data.corpus, before the filters
+    lines: Optional[np.ndarray] = None  # the line (row) each pair of the stream was read from, as roles
 
     def train_pairs(self) -> Iterator[Pair]:
         """The training pairs, in corpus order, read from the corpus files again."""
@@ -124,7 +125,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         roles[:] = UNUSED
         roles[sorted(random.Random(data.split_seed).sample(kept.tolist(), data.max_pairs))] = TRAIN
     if valid is not None and test is not None:
-        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), removals, read)
+        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), removals, read, _lines(lines))
 
     sampled = np.flatnonzero(roles == TRAIN)
     try:
@@ -139,7 +140,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
-    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()), removals, read)
+    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()), removals, read, _lines(lines))
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
@@ -151,7 +152,12 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         split.train_count,
         removals,
         split.read,
+        split.lines,
     )
+
+
+def _lines(lines: array) -> np.ndarray:
+    return np.frombuffer(lines, dtype=np.uint64) if len(lines) else np.zeros(0, dtype=np.uint64)
 
 
 def _drop_across_pairs(
