@@ -121,6 +121,9 @@ def _check_seed(key: str, seed: Optional[int]) -> None:
         _fail(key, f"{seed} is out of range; a seed is a whole number from 0 to {MAX_SEED:,}")
 
 
+BUILTIN_PREFIX = "builtin:"  # a corpus path that names a corpus shipped with attn: builtin:tatoeba-cmn-eng
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     """Where parallel sentences come from. Which fields matter depends on `format`."""
@@ -659,6 +662,25 @@ def apply_override(values: dict, override: str) -> None:
         raise ConfigError("the value is not valid YAML; quote it or fix the brackets", f"--set {override!r}") from None
 
 
+def _check_languages_given(values: dict, config: Config) -> None:
+    """A corpus other than the built-in English-Chinese one names its languages: left to the en/zh
+    defaults, a German-English model would be scored with the Chinese BLEU tokenizer, and joined
+    German pairs glued without spaces, with no word said."""
+    corpus = config.data.corpus
+    if corpus.format == "tsv" and (corpus.path or "").startswith(BUILTIN_PREFIX):
+        return
+    given = values.get("data") if isinstance(values.get("data"), dict) else {}
+    missing = [key for key in ("src_lang", "tgt_lang") if key not in given]
+    if missing:
+        where = corpus.path or corpus.src_path or corpus.hf_name
+        _fail(
+            f"data.{missing[0]}",
+            f"the corpus ({where}) is not the built-in English-Chinese one, so say its languages: set "
+            f"data.src_lang and data.tgt_lang (e.g. src_lang: de, tgt_lang: en); they choose the BLEU "
+            f"tokenizer, how sentences are joined and split, and which TMX variants are read",
+        )
+
+
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
     values: dict = {}
@@ -670,7 +692,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for override in overrides:
         apply_override(values, override)
     try:
-        return config_from_dict(values)
+        config = config_from_dict(values)
+        _check_languages_given(values, config)
+        return config
     except ConfigError as error:
         if path is None:
             raise

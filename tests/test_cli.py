@@ -123,7 +123,10 @@ def test_missing_checkpoint_says_where_it_looked_and_how_to_make_one(tmp_path):
 
 def test_bad_config_is_one_line_naming_the_key(tmp_path):
     config = tmp_path / "bad.yaml"
-    config.write_text("data:\n  corpus:\n    path: corpus.tsv\nmodel:\n  d_model: 512\n  num_heads: 7\n")
+    config.write_text(
+        "data:\n  corpus:\n    path: corpus.tsv\n  src_lang: en\n  tgt_lang: zh\n"
+        "model:\n  d_model: 512\n  num_heads: 7\n"
+    )
     result = invoke("train", "--config", str(config))
     assert result.exit_code == 2
     assert "model.num_heads: 7 must divide model.d_model=512" in result.output

@@ -7,7 +7,7 @@ from support.runs import REPO
 
 from attn_cli.config import ConfigError, DecodeConfig, builtin_configs, find_config, load_config
 
-CORPUS = "data:\n  corpus:\n    path: corpus.tsv\n"
+CORPUS = "data:\n  corpus:\n    path: corpus.tsv\n  src_lang: en\n  tgt_lang: zh\n"
 
 
 def write(tmp_path, text: str) -> Path:
@@ -108,7 +108,7 @@ def test_a_file_that_is_not_yaml_text_is_one_line_saying_where(tmp_path):
     tabbed = write(tmp_path, "model:\n\td_model: 64\n")
     with pytest.raises(
         ConfigError,
-        match=r"config.yaml: not valid YAML at line 5, column 1: found character '\\t' "
+        match=r"config.yaml: not valid YAML at line 7, column 1: found character '\\t' "
         r"that cannot start any token$",
     ):
         load_config(tabbed)
@@ -191,7 +191,7 @@ def test_joined_pairs_set_the_longest_training_example_when_joining_is_on(tmp_pa
     plain = load_config(
         write(
             tmp_path,
-            "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+            "data:\n  corpus:\n    path: c.tsv\n  src_lang: en\n  tgt_lang: zh\n  max_source_tokens: 50\n"
             "  max_target_tokens: 40\ntrain:\n  max_tokens: 1000\n"
             "  join:\n    max_tokens: 99\n",
         )
@@ -200,10 +200,22 @@ def test_joined_pairs_set_the_longest_training_example_when_joining_is_on(tmp_pa
     joined = load_config(
         write(
             tmp_path,
-            "data:\n  corpus:\n    path: c.tsv\n  max_source_tokens: 50\n"
+            "data:\n  corpus:\n    path: c.tsv\n  src_lang: en\n  tgt_lang: zh\n  max_source_tokens: 50\n"
             "train:\n  max_tokens: 1000\n  join:\n    rate: 0.2\n    max_tokens: 99\n",
         )
     )
     assert joined.longest_training_sides() == (99, 99)
     assert (worst_batch(plain).rows, worst_batch(plain).source_length) == (1000 // 51, 51)
     assert (worst_batch(joined).rows, worst_batch(joined).source_length) == (1000 // 100, 100)
+
+
+def test_a_corpus_other_than_the_built_in_one_names_its_languages(tmp_path):
+    """No silent en/zh for a German-English corpus: the BLEU tokenizer and joining depend on them."""
+    config = tmp_path / "de-en.yaml"
+    config.write_text("data:\n  corpus:\n    path: de-en.tsv\n  tgt_lang: en\n")
+    with pytest.raises(
+        ConfigError, match=r"data.src_lang: the corpus \(de-en.tsv\) is not the built-in .* src_lang: de"
+    ):
+        load_config(config)
+    assert load_config(config, ["data.src_lang=de"]).data.languages == ("de", "en")
+    assert load_config(None, ["data.corpus.path=builtin:tatoeba-cmn-eng"]).data.languages == ("en", "zh")

@@ -133,7 +133,14 @@ def test_attn_train_trains_on_each_format(tmp_path, kind):
         settings = [f"data.corpus.path={zst}"]
     run = tmp_path / "run"
     result = train_tiny(
-        run, *settings, "data.valid_size=20", "data.test_size=20", "tokenizer.vocab_size=400", "train.max_steps=2"
+        run,
+        *settings,
+        "data.valid_size=20",
+        "data.test_size=20",
+        "tokenizer.vocab_size=400",
+        "train.max_steps=2",
+        "data.src_lang=en",
+        "data.tgt_lang=zh",
     )
     assert result.exit_code == 0, result.output
     trained = (run / "data" / "test.en").read_text(encoding="utf-8").splitlines()

@@ -193,7 +193,7 @@ def test_bad_pairs_are_counted_with_their_lines(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(
         f"run_dir: {tmp_path / 'run'}\ndata:\n  corpus: {{path: {corpus}}}\n"
-        f"  valid_corpus: {{path: {valid}}}\n  test_corpus: {{path: {test}}}\n",
+        f"  valid_corpus: {{path: {valid}}}\n  test_corpus: {{path: {test}}}\n  src_lang: en\n  tgt_lang: zh\n",
         encoding="utf-8",
     )
     checks = {check.name: check for check in diagnose_config(config)}
@@ -209,7 +209,7 @@ def test_bad_pairs_are_counted_with_their_lines(tmp_path):
     clean = _write(tmp_path / "clean.tsv", good)
     config.write_text(
         f"run_dir: {tmp_path / 'run'}\ndata:\n  corpus: {{path: {clean}}}\n"
-        f"  valid_corpus: {{path: {test}}}\n  test_corpus: {{path: {test}}}\n",
+        f"  valid_corpus: {{path: {test}}}\n  test_corpus: {{path: {test}}}\n  src_lang: en\n  tgt_lang: zh\n",
         encoding="utf-8",
     )
     clean_checks = statuses(diagnose_config(config))

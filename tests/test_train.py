@@ -102,7 +102,9 @@ def test_loading_a_checkpoint_never_runs_code_hidden_in_it(tmp_path, where):
     (run / "checkpoints").mkdir(parents=True)
     for name in ("best.pt", "last.pt", "step-1.pt", "step-2.pt"):
         (run / "checkpoints" / name).write_bytes(path.read_bytes())
-    (run / "config.yaml").write_text(f"run_dir: {run}\ndata:\n  corpus:\n    path: corpus.tsv\n")
+    (run / "config.yaml").write_text(
+        f"run_dir: {run}\ndata:\n  corpus:\n    path: corpus.tsv\n  src_lang: en\n  tgt_lang: zh\n"
+    )
     commands = [
         ["translate", "--checkpoint", str(path), "Hello."],
         ["translate", "--run", str(run), "Hello."],

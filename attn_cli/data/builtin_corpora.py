@@ -6,7 +6,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-BUILTIN_PREFIX = "builtin:"
+from attn_cli.config import BUILTIN_PREFIX  # noqa: F401 (what corpus paths of this module begin with)
+
 # Name -> file under attn_cli/corpora/.
 _CORPORA = {"tatoeba-cmn-eng": "tatoeba-cmn-eng/cmn.txt.xz"}
 
