@@ -139,7 +139,8 @@ class CorpusConfig:
     hf_name: Optional[str] = None  # hf: a hub name, or a builder such as "json" with data_files
     hf_config: Optional[str] = None
     hf_split: str = "train"
-    hf_data_files: Optional[str] = None
+    hf_data_files: Union[str, tuple[str, ...], None] = None  # one file, or a list of files
+    hf_revision: Optional[str] = None  # a branch, tag or commit of the dataset's repository
     # In a .zip: the member to read (tsv, jsonl, tmx); format text takes the members of src_path and
     # tgt_path that end in .SRC_LANG and .TGT_LANG, as OPUS's Moses downloads name them.
     member: Optional[str] = None
@@ -568,8 +569,16 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, path)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1:  # one value or a list of them: the list form for a list
+            listed = isinstance(value, (list, tuple))
+            for candidate in inner:
+                if (typing.get_origin(candidate) is tuple) == listed:
+                    return _convert(value, candidate, path)
+            _fail(
+                path, f"{value!r} must be {' or a list of '.join(_type_name(a) for a in inner if a is str)} or a list"
+            )
+        return _convert(value, inner[0], path)
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -577,6 +586,10 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return value
     if origin is tuple:
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:  # a list of any length
+            if not isinstance(value, (list, tuple)):
+                _fail(path, f"{value!r} must be a list")
+            return tuple(_convert(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             _fail(path, f"{value!r} must be a list of {len(args)} values")
         return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))

@@ -245,6 +245,30 @@ def test_hf_json_builder_matches_jsonl_reader(tmp_path: Path, hf_cache: None) ->
     assert read_corpus(hf) == read_corpus(CorpusConfig(format="jsonl", path=path, **fields)) == JSONL_PAIRS
 
 
+def test_hf_data_files_may_be_a_list(tmp_path: Path, hf_cache: None) -> None:
+    first = write_jsonl(tmp_path / "a.jsonl", JSONL_RECORDS)
+    second = write_jsonl(tmp_path / "b.jsonl", JSONL_RECORDS)
+    fields = dict(src_field="translation.en", tgt_field="translation.zh")
+    hf = CorpusConfig(format="hf", hf_name="json", hf_data_files=(first, second), **fields)
+    assert read_corpus(hf) == JSONL_PAIRS * 2
+
+
+def test_a_script_based_dataset_is_refused_in_one_line_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    asked = {}
+
+    def load_dataset(name, config, split, **given):
+        asked.update(given)
+        raise RuntimeError("Dataset scripts are no longer supported, but found flores.py")
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    hf = CorpusConfig(format="hf", hf_name="facebook/flores", hf_revision="main")
+    with pytest.raises(DataError, match=r"loaded by a script.*hf_revision: refs/convert/parquet") as raised:
+        read_corpus(hf)
+    assert "\n" not in str(raised.value) and asked == {"revision": "main"}
+
+
 def test_hf_saved_dataset_round_trip(tmp_path: Path) -> None:
     import datasets
 

@@ -527,13 +527,24 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
                 )
             loaded = loaded[cfg.hf_split]
         return loaded
-    extra = {"data_files": cfg.hf_data_files} if cfg.hf_data_files else {}
+    extra = {"data_files": list(cfg.hf_data_files) if isinstance(cfg.hf_data_files, tuple) else cfg.hf_data_files}
+    extra = {name: value for name, value in extra.items() if value}
+    if cfg.hf_revision:
+        extra["revision"] = cfg.hf_revision
     try:
         return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
     except (OSError, ValueError) as error:  # not found, not reachable (no network), or not readable
         raise DataError(
             f"dataset {cfg.hf_name!r} could not be loaded: {_first_line(error)} (check {key}.hf_name "
             f"and {key}.hf_data_files)"
+        ) from None
+    except RuntimeError as error:  # datasets >= 4 no longer runs a dataset's loading script
+        if "script" not in str(error).lower():
+            raise
+        raise DataError(
+            f"dataset {cfg.hf_name!r} is loaded by a script, which datasets no longer runs: "
+            f"{_first_line(error)}; set {key}.hf_revision: refs/convert/parquet (the Hub's Parquet copy) "
+            f"or give its data files with {key}.hf_data_files"
         ) from None
 
 
