@@ -79,7 +79,8 @@ def held_out_split(pairs: list[tuple[str, str]], seed: int, valid: int, test: in
 
 
 def make_noisy(clean: list[tuple[str, str]], seed: int) -> list[tuple[str, str, str]]:
-    """The clean pairs with noise mixed in: (source, target, kind), kind "clean" for the originals; a duplicate comes after its original."""
+    """The clean pairs with noise mixed in: (source, target, kind), kind "clean" for the originals;
+    a duplicate comes after its original."""
     generator = random.Random(seed)
     rows = [(source, target, "clean") for source, target in clean]
     for kind, rate in NOISE_RATES.items():

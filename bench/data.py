@@ -132,7 +132,8 @@ def run(command: list[str], launcher: list[str] | None = None) -> dict:
 
 
 def _settings(corpus: Path, run_dir: Path, config: str) -> list[str]:
-    return ["--config", config, "--set", f"data.corpus.path={corpus}", "--set", f"run_dir={run_dir}"]
+    languages = ["--set", "data.src_lang=en", "--set", "data.tgt_lang=zh"]  # the Tatoeba pairs, resampled
+    return ["--config", config, "--set", f"data.corpus.path={corpus}", *languages, "--set", f"run_dir={run_dir}"]
 
 
 def _training(steps: int) -> list[str]:

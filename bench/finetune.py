@@ -84,6 +84,8 @@ def main() -> None:
             *settings(
                 f"run_dir={base}",
                 f"data.corpus.path={general}",
+                "data.src_lang=en",
+                "data.tgt_lang=zh",
                 f"train.max_steps={args.base_steps}",
                 "train.max_minutes=null",
             ),
@@ -97,6 +99,8 @@ def main() -> None:
         *settings(
             f"run_dir={fine}",
             f"data.corpus.path={questions}",
+            "data.src_lang=en",
+            "data.tgt_lang=zh",
             f"train.init_from={base}",
             "data.valid_size=200",
             "data.test_size=500",

@@ -52,6 +52,8 @@ def train_command(tree: Path, run_dir: Path, log: Path, config: str, corpus: str
     for setting in (
         f"run_dir={run_dir}",
         f"data.corpus.path={corpus}",
+        "data.src_lang=en",  # the built-in pairs or a copy of them
+        "data.tgt_lang=zh",
         f"train.max_steps={steps}",
         "train.max_minutes=null",
         f"train.valid_every={max(1000, steps + 1)}",
