@@ -109,3 +109,13 @@ def test_removals_summarise_by_rule():
     removals.add("copies", 3, ("a", "a"))
     removals.add_lines("duplicates", [5, 9], 2)
     assert removals.summary(100) == "filters removed 3 of 100 pairs: duplicates 2, copies 1"
+
+
+def test_a_corpus_whose_scripts_disagree_with_its_languages_is_warned_about():
+    from attn_cli.data.filters import languages_disagree
+
+    pairs = [(f"Sentence {i}.", f"句子{i}。") for i in range(20)]
+    assert languages_disagree(pairs, ("en", "zh")) is None
+    assert "targets are not written in the script of data.tgt_lang=de" in languages_disagree(pairs, ("en", "de"))
+    assert "sides look swapped" in languages_disagree([(t, s) for s, t in pairs], ("en", "zh"))
+    assert languages_disagree(pairs, ("en", "xx")) is None, "a language whose script is unknown is not judged"

@@ -171,3 +171,34 @@ def _language_rule(languages: tuple[str, str]) -> Callable[[str, str], bool]:
         return any(identifier.classify(text)[0] != code for text, code in zip((source, target), wanted))
 
     return drops
+
+
+def languages_disagree(pairs: list[Pair], languages: tuple[str, str]) -> Optional[str]:
+    """A warning when most of `pairs` are not written in the scripts of data.src_lang and
+    data.tgt_lang (Han characters in a `de` target, or the sides swapped); None when they agree or
+    the scripts are unknown."""
+    if not pairs:
+        return None
+    shares = [_script_share(code) for code in languages]
+    fits = [
+        None if share is None else sorted(share(pair[side]) for pair in pairs)[len(pairs) // 2]
+        for side, share in enumerate(shares)
+    ]
+    wrong = [side for side, fit in enumerate(fits) if fit is not None and fit < 0.5]
+    if not wrong:
+        return None
+    names = ("data.src_lang", "data.tgt_lang")
+    crossed = [
+        None if share is None else sorted(share(pair[1 - side]) for pair in pairs)[len(pairs) // 2]
+        for side, share in enumerate(shares)
+    ]
+    if all(fit is not None and fit >= 0.5 for fit in crossed):
+        return (
+            f"the corpus's sides look swapped: its sources are written like {languages[1]} and its targets like "
+            f"{languages[0]}; check {names[0]} and {names[1]}, or the corpus's columns (src_column, tgt_column)"
+        )
+    side = wrong[0]
+    return (
+        f"most {('sources', 'targets')[side]} are not written in the script of {names[side]}={languages[side]}; "
+        f"set {names[0]} and {names[1]} to the corpus's languages"
+    )

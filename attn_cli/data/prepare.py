@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, within_length_limits
 from attn_cli.data.corpus import Pair, ReadReport
+from attn_cli.data.filters import languages_disagree
 from attn_cli.data.prepared import (
     PreparedData,
     TokenizedPairsWriter,
@@ -48,6 +49,9 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
         shown = "; ".join(f"line {line}" + (f": {pair[0]!r} → {pair[1]!r}" if pair else "") for line, pair in examples)
         log(f"  {rule}, e.g. {shown}")
     log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
+    disagreeing = languages_disagree([*split.valid, *split.test], cfg.data.languages)
+    if disagreeing:
+        log(f"warning: {disagreeing}")
     return split
 
 
