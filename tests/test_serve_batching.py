@@ -477,3 +477,31 @@ def test_shutdown_past_its_grace_stops_a_search_in_progress_and_ends_the_worker(
     assert not server.batchers["en-zh"]._thread.is_alive(), "the worker ended"
     assert server.batchers["en-zh"].stats.stopped == 1
     assert waited < 2.5, f"stop took {waited:.1f} s"
+
+
+def test_a_job_without_parts_is_answered_and_leaves_the_queue_empty(served_checkpoint):
+    """Sentences with nothing to decode (an empty source has no parts) are answered with empty
+    translations, alone or beside a real one, and leave the queue's counts."""
+    from attn_cli.decoding.parts import split_sources
+    from attn_cli.decoding.records import Source
+
+    server = server_of(served_checkpoint)
+    engine, batcher = server.models.named("en-zh").engine, server.batchers["en-zh"]
+    options = engine.config.decode
+
+    async def scenario():
+        server.start()
+        try:
+            empty = split_sources(engine, [Source(""), Source("")], options)
+            mixed = split_sources(engine, [Source(SENTENCES[0]), Source("")], options)
+            assert not any(source.parts for source in empty)
+            return await asyncio.wait_for(
+                asyncio.gather(batcher.translate(empty, options), batcher.translate(mixed, options)), 60
+            )
+        finally:
+            server.stop()
+
+    empty, mixed = asyncio.run(scenario())
+    assert [t.text for t in empty] == ["", ""]
+    assert [t.text for t in mixed] == [reference(server, [SENTENCES[0]])[0].text, ""]
+    assert batcher.queued_sentences == batcher.queued_work == 0

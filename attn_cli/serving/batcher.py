@@ -63,6 +63,7 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
     taken: int = 0  # parts handed to decoding calls so far; the rest wait in the queue
+    handed: bool = False  # its last part (or, with none, itself) handed to a call: nothing of it waits
     outputs: list[list[Hypothesis]] = field(default_factory=list)  # the decoded parts' hypotheses, in order
 
     def __post_init__(self):
@@ -82,7 +83,7 @@ class Job:
     @property
     def waiting(self) -> int:
         """Its sentences, while any of its parts waits: what the queue's capacity counts."""
-        return len(self.prepared) if self.taken < len(self.parts) or not self.parts else 0
+        return 0 if self.handed else len(self.prepared)
 
     def joins(self, other: Job) -> bool:
         """Whether the two decode in one call: the same options, and no seed (a seeded sample is
@@ -230,7 +231,7 @@ class Batcher:
         """Hand parts up to `end` of `job` to a call (all of them: it will not be decoded further):
         they no longer wait. The caller holds the lock."""
         sentences, tokens, work = job.waiting, job.tokens, job.work
-        job.taken = end
+        job.taken, job.handed = end, end >= len(job.parts)
         self._queued_sentences -= sentences - job.waiting
         self._queued_tokens -= tokens - job.tokens
         self._queued_work -= work - job.work
