@@ -505,3 +505,23 @@ def test_a_job_without_parts_is_answered_and_leaves_the_queue_empty(served_check
     assert [t.text for t in empty] == ["", ""]
     assert [t.text for t in mixed] == [reference(server, [SENTENCES[0]])[0].text, ""]
     assert batcher.queued_sentences == batcher.queued_work == 0
+
+
+def test_a_job_without_parts_times_out_while_it_waits_like_any_other(served_checkpoint):
+    import time
+
+    from attn_cli.decoding.parts import split_sources
+    from attn_cli.decoding.records import Source
+
+    server = server_of(served_checkpoint)  # its worker never started: nothing begins
+    engine, batcher = server.models.named("en-zh").engine, server.batchers["en-zh"]
+    empty = split_sources(engine, [Source("")], engine.config.decode)
+
+    async def scenario():
+        began = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(batcher.translate(empty, engine.config.decode, timeout=0.2), 5)
+        return time.monotonic() - began
+
+    assert asyncio.run(scenario()) < 2, "its own timeout ended the wait, not the test's"
+    assert batcher.queued_sentences == 1, "dropped only when the worker comes to it"

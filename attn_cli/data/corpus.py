@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Optional
 from attn_cli.config import CorpusConfig
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_names
 from attn_cli.errors import UserError
+from attn_cli.languages import primary_subtag
 
 Pair = tuple[str, str]
 Languages = Optional[tuple[str, str]]  # (source, target) language codes
@@ -256,7 +257,7 @@ def _zip_member(archive: zipfile.ZipFile, path: str, key: str, member: Optional[
         return member
     data = [name for name in names if not Path(name).name.lower().startswith(_NOT_DATA)]
     if language is not None:
-        ending = [name for name in data if name.endswith(f".{language}")]
+        ending = [name for name in data if primary_subtag(Path(name).suffix[1:]) == primary_subtag(language)]
         if len(ending) == 1:
             return ending[0]
     if len(data) == 1:
@@ -431,7 +432,7 @@ def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[s
     Inline markup (bpt, ept, ph, it) is left out of the text; what it encloses (hi, sub) is kept."""
     from xml.etree.ElementTree import ParseError, iterparse
 
-    wanted = [code.split("-")[0].split("_")[0].lower() for code in languages]
+    wanted = [primary_subtag(code) for code in languages]
     xml_lang = "{http://www.w3.org/XML/1998/namespace}lang"
     unit = 0
     try:
@@ -442,7 +443,7 @@ def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[s
                 unit += 1
                 found: dict[str, str] = {}
                 for variant in element.iter("tuv"):
-                    code = (variant.get(xml_lang) or variant.get("lang") or "").split("-")[0].split("_")[0].lower()
+                    code = primary_subtag(variant.get(xml_lang) or variant.get("lang") or "")
                     segment = variant.find("seg")
                     if code in wanted and code not in found and segment is not None:
                         found[code] = " ".join(_segment_text(segment).split())
@@ -527,10 +528,8 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
                 )
             loaded = loaded[cfg.hf_split]
         return loaded
-    extra = {"data_files": list(cfg.hf_data_files) if isinstance(cfg.hf_data_files, tuple) else cfg.hf_data_files}
-    extra = {name: value for name, value in extra.items() if value}
-    if cfg.hf_revision:
-        extra["revision"] = cfg.hf_revision
+    files = list(cfg.hf_data_files) if isinstance(cfg.hf_data_files, tuple) else cfg.hf_data_files
+    extra = {name: value for name, value in (("data_files", files), ("revision", cfg.hf_revision)) if value}
     try:
         return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
     except (OSError, ValueError) as error:  # not found, not reachable (no network), or not readable

@@ -5,8 +5,8 @@ data all see the same pairs:
 
 - rules on one pair (`PairRules`): a copy, a side too long, sides of very different lengths, markup,
   a character repeated on and on, control characters, a side not in its language's script, a side
-  that a language identifier places elsewhere. They are applied as the
-  corpus is read, on every pass alike, and cost no memory.
+  that a language identifier places elsewhere. They are applied as the corpus is read, on every
+  pass alike, and cost no memory.
 - rules across pairs (duplicates, pairs whose source is held out for validation or test), which
   attn_cli/data/split.py applies on the 8-byte keys it already keeps per pair.
 
@@ -89,7 +89,6 @@ class PairRules:
     """The rules on one pair that `config` turns on, for a corpus of these languages."""
 
     def __init__(self, config: FiltersConfig, languages: tuple[str, str]):
-        self.config = config
         self.rules: list[tuple[str, Callable[[str, str], bool]]] = []  # (name, drops the pair)
         add = self.rules.append
         if config.control_characters:
@@ -180,18 +179,18 @@ def languages_disagree(pairs: list[Pair], languages: tuple[str, str]) -> Optiona
     if not pairs:
         return None
     shares = [_script_share(code) for code in languages]
-    fits = [
-        None if share is None else sorted(share(pair[side]) for pair in pairs)[len(pairs) // 2]
-        for side, share in enumerate(shares)
-    ]
+
+    def median_fit(side: int, text_side: int) -> Optional[float]:
+        """The median share of the texts on `text_side` in the script of `side`'s language."""
+        share = shares[side]
+        return None if share is None else sorted(share(pair[text_side]) for pair in pairs)[len(pairs) // 2]
+
+    fits = [median_fit(side, side) for side in (0, 1)]
     wrong = [side for side, fit in enumerate(fits) if fit is not None and fit < 0.5]
     if not wrong:
         return None
     names = ("data.src_lang", "data.tgt_lang")
-    crossed = [
-        None if share is None else sorted(share(pair[1 - side]) for pair in pairs)[len(pairs) // 2]
-        for side, share in enumerate(shares)
-    ]
+    crossed = [median_fit(side, 1 - side) for side in (0, 1)]
     if all(fit is not None and fit >= 0.5 for fit in crossed):
         return (
             f"the corpus's sides look swapped: its sources are written like {languages[1]} and its targets like "

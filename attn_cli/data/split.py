@@ -15,6 +15,7 @@ they are needed (tokenizer sample, tokenization), so memory stays a few bytes pe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import random
@@ -136,7 +137,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             seed=data.split_seed,
         )
     except DataError as error:  # too few pairs: the lines skipped on the way may say why
-        if report is None or not report.skipped:
+        if not report.skipped:
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
@@ -144,15 +145,8 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
-    return CorpusSplit(
-        data,
-        valid if valid is not None else carved[VALID],
-        test if test is not None else carved[TEST],
-        roles,
-        split.train_count,
-        removals,
-        split.read,
-        split.lines,
+    return dataclasses.replace(
+        split, valid=valid if valid is not None else carved[VALID], test=test if test is not None else carved[TEST]
     )
 
 

@@ -199,7 +199,7 @@ class Batcher:
             try:
                 return await asyncio.wait_for(asyncio.shield(job.future), timeout)
             except asyncio.TimeoutError:
-                if not job.taken and job.parts:  # still waiting for its first turn
+                if not (job.taken or job.handed):  # still waiting for its first turn
                     raise
             return await asyncio.shield(job.future)
         except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -228,8 +228,8 @@ class Batcher:
             self._changed.notify_all()
 
     def _take(self, job: Job, end: int) -> None:
-        """Hand parts up to `end` of `job` to a call (all of them: it will not be decoded further):
-        they no longer wait. The caller holds the lock."""
+        """Hand `job`'s parts up to `end` to a call (or, with `end` its last, drop the rest): they no
+        longer count as waiting. The caller holds the lock."""
         sentences, tokens, work = job.waiting, job.tokens, job.work
         job.taken, job.handed = end, end >= len(job.parts)
         self._queued_sentences -= sentences - job.waiting
