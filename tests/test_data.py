@@ -69,7 +69,10 @@ def test_tsv_reads_pairs_and_reports_malformed_lines(messy_tsv: str) -> None:
 
 
 def test_report_summary_truncates_long_lists() -> None:
-    report = ReadReport(skipped=[SkippedLine("a.txt", n, "empty target") for n in range(1, 9)])
+    report = ReadReport(kept_examples=4)
+    for n in range(1, 9):
+        report.skip(SkippedLine("a.txt", n, "empty target"))
+    assert len(report.skipped) == 4 and report.reasons == {"empty target": 8}  # counted, not all kept
     summary = report.summary(limit=3)
     assert summary == (
         "skipped 8 malformed lines: a.txt:1 (empty target), a.txt:2 (empty target), a.txt:3 (empty target), and 5 more"

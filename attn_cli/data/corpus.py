@@ -44,19 +44,32 @@ class SkippedLine:
 
 @dataclass
 class ReadReport:
-    """What a reader kept and skipped; may be shared by several `read_corpus` calls."""
+    """What a reader kept and skipped; may be shared by several `read_corpus` calls. Skipped lines
+    are counted by reason, and only the first `kept_examples` are kept: a corpus of 50M lines with
+    millions of malformed ones costs a few counters, not a record per line."""
 
     read: int = 0  # pairs kept
-    skipped: list[SkippedLine] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)  # the first kept_examples skipped lines
+    reasons: Counter = field(default_factory=Counter)  # every skipped line's reason, counted
+    kept_examples: int = 100
+
+    def skip(self, skipped: SkippedLine) -> None:
+        self.reasons[skipped.reason] += 1
+        if len(self.skipped) < self.kept_examples:
+            self.skipped.append(skipped)
+
+    @property
+    def skipped_count(self) -> int:
+        return sum(self.reasons.values())
 
     def summary(self, limit: int = 5) -> str:
         """One line for the log, e.g. "skipped 3 malformed lines: cmn.txt:12 (empty target), ..."."""
-        if not self.skipped:
+        count = self.skipped_count
+        if not count:
             return ""
-        count = len(self.skipped)
         shown = ", ".join(f"{s.source}:{s.line} ({s.reason})" for s in self.skipped[:limit])
-        more = f", and {count - limit} more" if count > limit else ""
-        return f"skipped {count} malformed line{'s' if count != 1 else ''}: {shown}{more}"
+        more = f", and {count - min(limit, len(self.skipped)):,} more" if count > limit else ""
+        return f"skipped {count:,} malformed line{'s' if count != 1 else ''}: {shown}{more}"
 
 
 # The first lines that say whether a file is read the way the config says: when more than half of
@@ -79,7 +92,7 @@ class _Skipper:
         if self.strict:
             raise DataError(f"{source}:{line}: {reason} (set data.strict: false to skip such lines)")
         if self.report is not None:
-            self.report.skipped.append(SkippedLine(source, line, reason))
+            self.report.skip(SkippedLine(source, line, reason))
         if self.kept + len(self.early) < FIRST_LINES:
             self.early.append(SkippedLine(source, line, reason))
             self.check_first_lines()

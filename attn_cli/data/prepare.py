@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -41,7 +40,7 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
     """The corpus split three ways, read as a stream (attn_cli/data/split.py)."""
     report = report if report is not None else ReadReport()
     split = split_corpus(cfg.data, report, StageProgress(log).track)
-    if report.skipped:
+    if report.skipped_count:
         log(report.summary())
     if split.removals.counts:
         log(split.removals.summary(split.read))
@@ -123,7 +122,7 @@ def prepare_data(
                 "training_pairs": kept,
                 "valid_pairs": len(split.valid),
                 "test_pairs": len(split.test),
-                "skipped_lines": dict(Counter(skipped.reason for skipped in report.skipped)),
+                "skipped_lines": dict(report.reasons),
                 "corpus_pairs_read": split.read,
                 "removed_by_filters": dict(split.removals.counts),
             }

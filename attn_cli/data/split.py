@@ -137,7 +137,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             seed=data.split_seed,
         )
     except DataError as error:  # too few pairs: the lines skipped on the way may say why
-        if not report.skipped:
+        if not report.skipped_count:
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides

@@ -218,11 +218,12 @@ def data_checks(cfg: Config, scan: CorpusScan) -> list[Check]:
 
 def _skipped_lines(scan: CorpusScan, empty: bool) -> Check:
     """The lines the reader skipped: malformed ones, or (`empty`) pairs with an empty side."""
-    reasons, places = Counter(), Examples()
+    reasons = Counter({reason: n for reason, n in scan.report.reasons.items() if (reason in EMPTY_SIDES) == empty})
+    places = Examples()
     for skipped in scan.report.skipped:
         if (skipped.reason in EMPTY_SIDES) == empty:
-            reasons[skipped.reason] += 1
             places.add(f"{skipped.source}:{skipped.line}")
+    places.count = sum(reasons.values())  # the report keeps the first lines, and counts them all
     counts = ", ".join(f"{count:,} {reason}" for reason, count in reasons.most_common())
     if empty:
         name, numbers, clean = "empty sides", {"empty": dict(reasons)}, "no pair with an empty source or target"
