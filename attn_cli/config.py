@@ -121,6 +121,12 @@ def _check_seed(key: str, seed: Optional[int]) -> None:
         _fail(key, f"{seed} is out of range; a seed is a whole number from 0 to {MAX_SEED:,}")
 
 
+def _check_piece(key: str, piece: Optional[str], example: str) -> None:
+    """A text that becomes one piece of the vocabulary: not empty, no spaces."""
+    if piece is not None and (not piece or any(c.isspace() for c in piece)):
+        _fail(key, f"{piece!r} must be one piece, without spaces, such as {example}; or leave it out")
+
+
 BUILTIN_PREFIX = "builtin:"  # a corpus path that names a corpus shipped with attn: builtin:tatoeba-cmn-eng
 
 
@@ -168,6 +174,40 @@ class CorpusConfig:
                 )
 
 
+MAX_CORPUS_WEIGHT = 100.0  # copies of a corpus per epoch; more would drown every other corpus
+
+
+@dataclass(frozen=True)
+class TrainingCorpus(CorpusConfig):
+    """One corpus of data.corpora: where its pairs come from (the keys of a corpus), how much of it
+    each epoch draws, and the tag its sources carry."""
+
+    name: Optional[str] = None  # what logs and statistics call it; its file's (or dataset's) name when absent
+    # Pairs drawn per epoch, as a multiple of its training pairs: 0.5 draws half of them, 3 three
+    # copies; a fraction is drawn anew each epoch from train.seed and the epoch.
+    weight: float = 1.0
+    tag: Optional[str] = None  # a piece put before each of its sources, such as "<bt>"; a piece of its own
+    split: bool = True  # validation and test pairs are carved off it too (unless given as their own corpora)
+
+    @property
+    def label(self) -> str:
+        """The corpus's name in logs and statistics."""
+        if self.name:
+            return self.name
+        where = self.path or self.src_path or self.hf_name or "corpus"
+        return where.removeprefix(BUILTIN_PREFIX).rstrip("/").rsplit("/", 1)[-1]
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        if not 0 <= self.weight <= MAX_CORPUS_WEIGHT:
+            _fail(
+                f"{path}.weight",
+                f"{self.weight} must be between 0 and {MAX_CORPUS_WEIGHT:g}: the copies of the corpus each "
+                f"epoch draws (0.5 = half of its pairs, 3 = three copies)",
+            )
+        _check_piece(f"{path}.tag", self.tag, "'<bt>'")
+
+
 @dataclass(frozen=True)
 class FiltersConfig:
     """Cleaning of the training corpus (attn_cli/data/filters.py), as its pairs are read, before the
@@ -198,7 +238,8 @@ class FiltersConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)  # one corpus; or several as corpora
+    corpora: tuple[TrainingCorpus, ...] = ()  # several corpora, each with a weight and a tag
     valid_corpus: Optional[CorpusConfig] = None  # when absent, valid and test are split off the corpus
     test_corpus: Optional[CorpusConfig] = None
     src_lang: str = "en"
@@ -218,10 +259,38 @@ class DataConfig:
     def languages(self) -> tuple[str, str]:
         return self.src_lang, self.tgt_lang
 
+    @property
+    def training_corpora(self) -> tuple[TrainingCorpus, ...]:
+        """The corpora training reads: data.corpora, or data.corpus as one corpus of weight 1."""
+        if self.corpora:
+            return self.corpora
+        return (
+            TrainingCorpus(**{item.name: getattr(self.corpus, item.name) for item in dataclasses.fields(CorpusConfig)}),
+        )
+
+    @property
+    def weighted(self) -> bool:
+        """Whether an epoch draws other than each training pair once."""
+        return any(corpus.weight != 1 for corpus in self.training_corpora)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The corpora's tags, each once, in the order of the corpora."""
+        return tuple(dict.fromkeys(corpus.tag for corpus in self.training_corpora if corpus.tag))
+
     def validate(self, path: str) -> None:
         _check_seed(f"{path}.split_seed", self.split_seed)  # before the general check: its own range is narrower
         _check_numbers(self, path)
-        self.corpus.validate(f"{path}.corpus")
+        if self.corpora:
+            if self.corpus != CorpusConfig():
+                _fail(
+                    f"{path}.corpus",
+                    "give data.corpus (one corpus) or data.corpora (several), not both; "
+                    "move data.corpus into the list of data.corpora",
+                )
+            self._validate_corpora(f"{path}.corpora")
+        else:
+            self.corpus.validate(f"{path}.corpus")
         self.filters.validate(f"{path}.filters")
         for key in ("valid_corpus", "test_corpus"):
             if getattr(self, key) is not None:
@@ -236,6 +305,25 @@ class DataConfig:
             _fail(f"{path}.max_pairs", f"{self.max_pairs} must be >= 1, or null for the whole corpus")
         if self.max_length_ratio < 1:
             _fail(f"{path}.max_length_ratio", f"{self.max_length_ratio} must be >= 1")
+
+    def _validate_corpora(self, path: str) -> None:
+        for position, corpus in enumerate(self.corpora):
+            corpus.validate(f"{path}[{position}]")
+        labels = [corpus.label for corpus in self.corpora]
+        for position, label in enumerate(labels):
+            if label in labels[:position]:
+                _fail(
+                    f"{path}[{position}].name",
+                    f"two corpora are called {label!r}; give each a name of its own (name: general)",
+                )
+        if not any(corpus.weight > 0 for corpus in self.corpora):
+            _fail(f"{path}", "every corpus has weight 0: training would draw no pairs; give one a weight above 0")
+        if not (self.valid_corpus and self.test_corpus) and not any(corpus.split for corpus in self.corpora):
+            _fail(
+                f"{path}",
+                "every corpus has split: false, so validation and test pairs have nowhere to come from; "
+                "set split: true on one, or give data.valid_corpus and data.test_corpus",
+            )
 
 
 @dataclass(frozen=True)
@@ -252,14 +340,13 @@ class TokenizerConfig:
     # A piece put before every source sentence: the target language of a multi-target model
     # (">>cmn_Hans<<" for OPUS-MT's English-Chinese). A tokenizer trained here gets it as a piece.
     source_prefix: Optional[str] = None
+    threads: Optional[int] = None  # SentencePiece training's threads; null: every core of the machine
 
     def validate(self, path: str) -> None:
         _check_numbers(self, path)
-        if self.source_prefix is not None and (not self.source_prefix or any(c.isspace() for c in self.source_prefix)):
-            _fail(
-                f"{path}.source_prefix",
-                f"{self.source_prefix!r} must be one piece, without spaces, such as '>>cmn_Hans<<'; or leave it out",
-            )
+        if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
+            _fail(f"{path}.threads", f"{self.threads} must be between 1 and {MAX_THREADS}, or null for every core")
+        _check_piece(f"{path}.source_prefix", self.source_prefix, "'>>cmn_Hans<<'")
         if self.vocab_size < 300:
             _fail(
                 f"{path}.vocab_size",
@@ -679,12 +766,17 @@ def _check_languages_given(values: dict, config: Config) -> None:
     """A corpus other than the built-in English-Chinese one names its languages: left to the en/zh
     defaults, a German-English model would be scored with the Chinese BLEU tokenizer, and joined
     German pairs glued without spaces, with no word said."""
-    corpus = config.data.corpus
-    if corpus.format == "tsv" and (corpus.path or "").startswith(BUILTIN_PREFIX):
+    others = [
+        corpus
+        for corpus in config.data.training_corpora
+        if not (corpus.format == "tsv" and (corpus.path or "").startswith(BUILTIN_PREFIX))
+    ]
+    if not others:
         return
     given = values.get("data") if isinstance(values.get("data"), dict) else {}
     missing = [key for key in ("src_lang", "tgt_lang") if key not in given]
     if missing:
+        corpus = others[0]
         where = corpus.path or corpus.src_path or corpus.hf_name
         _fail(
             f"data.{missing[0]}",

@@ -73,6 +73,17 @@ class Removals:
             shown = self.examples.setdefault(rule, [])
             shown.extend((line, None) for line in lines[: self.kept_examples - len(shown)])
 
+    @classmethod
+    def merged(cls, parts: list["Removals"]) -> "Removals":
+        """The removals of several corpora as one: counts added, examples of the first ones."""
+        merged = cls(kept_examples=max([part.kept_examples for part in parts], default=3))
+        for part in parts:
+            for rule, count in part.counts.items():
+                merged.counts[rule] = merged.counts.get(rule, 0) + count
+                shown = merged.examples.setdefault(rule, [])
+                shown.extend(part.examples.get(rule, [])[: merged.kept_examples - len(shown)])
+        return merged
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())

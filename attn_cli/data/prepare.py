@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import random
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, within_length_limits
@@ -27,10 +27,12 @@ from attn_cli.data.prepared import (
 from attn_cli.data.progress import StageProgress
 from attn_cli.data.split import CorpusSplit, split_corpus
 from attn_cli.data.tokenizer import Tokenizers, train_tokenizers
+from attn_cli.data.weighting import weighted_stream
 from attn_cli.files import write_whole
 from attn_cli.paths import RunPaths
 
 Log = Callable[[str], None]
+T = TypeVar("T")
 
 # Training pairs tokenized at a time: large enough for SentencePiece's threads, small in memory.
 _ENCODE_CHUNK = 20_000
@@ -42,16 +44,30 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
     split = split_corpus(cfg.data, report, StageProgress(log).track)
     if report.skipped_count:
         log(report.summary())
-    if split.removals.counts:
-        log(split.removals.summary(split.read))
-    for rule, examples in split.removals.examples.items():
-        shown = "; ".join(f"line {line}" + (f": {pair[0]!r} → {pair[1]!r}" if pair else "") for line, pair in examples)
-        log(f"  {rule}, e.g. {shown}")
+    several = len(split.reads) > 1
+    for found in split.reads:
+        name = f"{found.corpus.label}: " if several else ""
+        if found.removals.counts:
+            log(f"{name}{found.removals.summary(found.read)}")
+        elif several:
+            log(f"{name}{found.read:,} pairs read")
+        for rule, examples in found.removals.examples.items():
+            shown = "; ".join(
+                f"line {line}" + (f": {pair[0]!r} → {pair[1]!r}" if pair else "") for line, pair in examples
+            )
+            log(f"  {rule}, e.g. {shown}")
     log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
+    if several and not (cfg.data.valid_corpus and cfg.data.test_corpus):
+        log(f"validation and test pairs drawn from: {', '.join(split_sources(cfg))}")
     disagreeing = languages_disagree([*split.valid, *split.test], cfg.data.languages)
     if disagreeing:
         log(f"warning: {disagreeing}")
     return split
+
+
+def split_sources(cfg: Config) -> list[str]:
+    """The training corpora that validation and test pairs are carved off."""
+    return [corpus.label for corpus in cfg.data.training_corpora if corpus.split]
 
 
 def write_splits(cfg: Config, splits: CorpusSplit | PreparedData) -> None:
@@ -102,6 +118,7 @@ def prepare_data(
     """The prepared training data for this config and tokenizer: opened when an earlier start
     prepared it, else read (unless `split` is given, with the `report` of its reading), tokenized,
     filtered and saved. The run's valid and test files are written from it."""
+    _check_tags(tokenizers, cfg, "the model's tokenizer")
     name = entry_name(cfg.data, tokenizers)
     prepared = open_prepared(cache_dir(cfg), name)
     if prepared is not None:
@@ -111,11 +128,24 @@ def prepare_data(
         split = split if split is not None else read_split(cfg, log, report)
 
         def write_train(writer: TokenizedPairsWriter) -> dict:
-            pairs = StageProgress(log).track(split.train_pairs(), "tokenizing the training pairs", split.train_count)
-            kept = _tokenize_into(writer, pairs, tokenizers, cfg)
+            pairs = StageProgress(log).track(
+                split.train_pairs_by_corpus(), "tokenizing the training pairs", split.train_count
+            )
+            kept_by_corpus = _tokenize_into(writer, pairs, tokenizers, cfg)
+            kept = sum(kept_by_corpus)
             dropped = split.train_count - kept
             if dropped:
                 log(f"length filter: dropped {dropped:,} of {split.train_count:,} training pairs")
+            corpora = [
+                {
+                    "name": found.corpus.label,
+                    "pairs_read": found.read,
+                    "removed_by_filters": dict(found.removals.counts),
+                    "training_pairs_read": read,
+                    "training_pairs": count,
+                }
+                for found, read, count in zip(split.reads, split.train_counts(), kept_by_corpus)
+            ]
             return {
                 "training_pairs_read": split.train_count,
                 "dropped_by_length": dropped,
@@ -125,6 +155,8 @@ def prepare_data(
                 "skipped_lines": dict(report.reasons),
                 "corpus_pairs_read": split.read,
                 "removed_by_filters": dict(split.removals.counts),
+                "corpora": corpora,
+                "valid_test_from": None if cfg.data.valid_corpus and cfg.data.test_corpus else split_sources(cfg),
             }
 
         prepared = save_prepared(cache_dir(cfg), name, write_train, split.valid, split.test)
@@ -135,12 +167,18 @@ def prepare_data(
     return prepared
 
 
-def _tokenize_into(writer: TokenizedPairsWriter, pairs: Iterable[Pair], tokenizers: Tokenizers, cfg: Config) -> int:
-    """Tokenize `pairs` a chunk at a time and add those within the length limits to `writer`; how many were kept."""
-    kept = 0
+def _tokenize_into(
+    writer: TokenizedPairsWriter, pairs: Iterable[tuple[int, Pair]], tokenizers: Tokenizers, cfg: Config
+) -> list[int]:
+    """Tokenize (corpus, pair)s a chunk at a time, each source after its corpus's tag, and add those
+    within the length limits to `writer`; how many of each corpus were kept."""
+    tags = [corpus.tag for corpus in cfg.data.training_corpora]
+    kept = [0] * len(tags)
     for chunk in _chunks(pairs, _ENCODE_CHUNK):
-        sources = tokenizers.encode_sources([source for source, _ in chunk])
-        targets = tokenizers.target.encode([target for _, target in chunk])
+        sources = tokenizers.encode_sources(
+            [f"{tags[corpus]} {source}" if tags[corpus] else source for corpus, (source, _) in chunk]
+        )
+        targets = tokenizers.target.encode([target for _, (_, target) in chunk])
         keep = within_length_limits(
             [len(s) for s in sources],
             [len(t) for t in targets],
@@ -149,11 +187,12 @@ def _tokenize_into(writer: TokenizedPairsWriter, pairs: Iterable[Pair], tokenize
             cfg.data.max_length_ratio,
         ).tolist()
         writer.add([s for s, k in zip(sources, keep) if k], [t for t, k in zip(targets, keep) if k])
-        kept += sum(keep)
+        for (corpus, _), k in zip(chunk, keep):
+            kept[corpus] += k
     return kept
 
 
-def _chunks(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
@@ -192,14 +231,20 @@ def train_or_load_tokenizers(cfg: Config, split: CorpusSplit, log: Log = print, 
         _check_reused(tokenizers, cfg, directory)
         log(f"tokenizer: reusing {directory}")
         return tokenizers
-    pairs = StageProgress(log).track(split.train_pairs(), "sampling pairs for the tokenizer", split.train_count)
-    sample = reservoir_sample(pairs, cfg.tokenizer.max_training_sentences, seed=cfg.train.seed)
+    pairs = StageProgress(log).track(
+        split.train_pairs_by_corpus(), "sampling pairs for the tokenizer", split.train_count
+    )
+    weights = [corpus.weight for corpus in cfg.data.training_corpora]
+    drawn = weighted_stream(pairs, split.train_counts(), weights, cfg.train.seed)
+    sample = reservoir_sample(drawn, cfg.tokenizer.max_training_sentences, seed=cfg.train.seed)
     kind = "joint" if cfg.tokenizer.joint else "separate"
     log(
         f"tokenizer: training {kind} SentencePiece {cfg.tokenizer.model_type} models, "
         f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(sample):,} training pairs"
     )
-    tokenizers = train_tokenizers([p[0] for p in sample], [p[1] for p in sample], cfg.tokenizer, seed=cfg.train.seed)
+    tokenizers = train_tokenizers(
+        [p[0] for p in sample], [p[1] for p in sample], cfg.tokenizer, seed=cfg.train.seed, tags=cfg.data.tags
+    )
     tokenizers.save(directory)
     log(f"tokenizer: saved to {directory}")
     return tokenizers
@@ -230,6 +275,7 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
             f"or run `attn tokenizer --retrain` with this config",
             "tokenizer.source_prefix",
         )
+    _check_tags(tokenizers, cfg, str(directory))
     if tokenizers.joint != cfg.tokenizer.joint or sizes != {cfg.tokenizer.vocab_size}:
         kind = "joint" if tokenizers.joint else "separate"
         raise ConfigError(
@@ -237,4 +283,17 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
             f"asks for joint={cfg.tokenizer.joint}, vocab_size={cfg.tokenizer.vocab_size}; "
             f"run `attn tokenizer --retrain` with this config, or use another run_dir",
             "tokenizer",
+        )
+
+
+def _check_tags(tokenizers: Tokenizers, cfg: Config, whose: str) -> None:
+    """Every tag of data.corpora is a piece of the tokenizer: spelled out in pieces, it would teach
+    the model nothing of the corpus it marks."""
+    missing = [tag for tag in cfg.data.tags if tag not in tokenizers.tags]
+    if missing:
+        raise ConfigError(
+            f"{whose} has no piece for the corpus tag {missing[0]!r}: a tokenizer trained with this config has; "
+            f"run `attn tokenizer --retrain` with it, or use another run_dir (a model trained without the tag, "
+            f"as train.init_from, cannot learn it)",
+            "data.corpora",
         )

@@ -35,7 +35,7 @@ from attn_cli.data.corpus import Pair
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import directory_built_whole, write_whole
 
-FORMAT = 2  # 2: training pairs in corpus order (1 held them in the order of the shuffled split)
+FORMAT = 3  # 3: counts per corpus in the stats (2: training pairs in corpus order; 1: in split order)
 _ID_TYPE = np.dtype("<i4")  # token ids, little-endian whatever the machine
 _ID_BYTES = _ID_TYPE.itemsize
 _MANIFEST = "manifest.json"
@@ -130,11 +130,18 @@ class PreparedData:
     stats: dict  # what preparing found: pairs read and skipped, dropped by the filters
     directory: Path
 
+    @property
+    def corpus_sizes(self) -> list[int]:
+        """The training pairs of each training corpus, stored one corpus after the other."""
+        return [corpus["training_pairs"] for corpus in self.stats["corpora"]]
+
 
 def entry_name(data: DataConfig, tokenizers: Tokenizers) -> str:
     """The name of the entry these settings and this tokenizer prepare: a hash of all they depend on."""
-    corpora = [c for c in (data.corpus, data.valid_corpus, data.test_corpus) if c is not None]
+    corpora = [c for c in (*data.training_corpora, data.valid_corpus, data.test_corpus) if c is not None]
     settings = {key: value for key, value in config_to_dict(data).items() if key != "cache_dir"}  # where, not what
+    for corpus in settings["corpora"]:  # weights are drawn each epoch: the prepared pairs do not depend on them
+        corpus.pop("weight")
     made_of = {
         "format": FORMAT,
         "data": settings,

@@ -1,16 +1,17 @@
 """Carving validation and test sets off a corpus of any size, without holding it in memory.
 
-The corpus is read as a stream twice, through the rules on one pair of data.filters
-(attn_cli/data/filters.py). The first pass keeps only 8-byte hashes of each pair's source sentence
-and of the pair, and its line; from these, duplicates and pairs whose source is held out in a
-separate validation or test corpus are dropped (data.filters.duplicates, held_out), and the split is
-planned as if the corpus were in memory: pairs grouped by
-source sentence (in order of first appearance), the groups shuffled with a seeded generator, and
-whole groups taken for test, then validation, until each holds at least its size. So all
-translations of a sentence land on one side, no source sentence is on two sides, and the sizes are
-exact up to the last group taken (a split exceeds its size by less than one group). The second pass
-collects the validation and test pairs; the training pairs are read from the corpus again whenever
-they are needed (tokenizer sample, tokenization), so memory stays a few bytes per pair.
+The training corpora (data.corpus, or each of data.corpora in turn) are read as one stream, twice,
+through the rules on one pair of data.filters (attn_cli/data/filters.py). The first pass keeps only
+8-byte hashes of each pair's source sentence and of the pair, and its line; from these, duplicates
+and pairs whose source is held out in a separate validation or test corpus are dropped
+(data.filters.duplicates, held_out), and the split is planned as if the corpora were in memory,
+from the pairs of the corpora with `split: true`: pairs grouped by source sentence (in order of
+first appearance), the groups shuffled with a seeded generator, and whole groups taken for test,
+then validation, until each holds at least its size. So all translations of a sentence land on one
+side, no source sentence is on two sides, and the sizes are exact up to the last group taken (a
+split exceeds its size by less than one group). The second pass collects the validation and test
+pairs; the training pairs are read from the corpora again whenever they are needed (tokenizer
+sample, tokenization), so memory stays a few bytes per pair.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 import numpy as np
 
-from attn_cli.config import DataConfig
+from attn_cli.config import DataConfig, TrainingCorpus
 from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_numbered_corpus, read_corpus
 from attn_cli.data.filters import PairRules, Removals
 
@@ -53,62 +54,120 @@ def pair_key(pair: Pair) -> int:
     return int.from_bytes(digest, "little")
 
 
+def corpus_key(data: DataConfig, index: int) -> str:
+    """The YAML key of training corpus `index`: data.corpus, or data.corpora[i]."""
+    return f"data.corpora[{index}]" if data.corpora else "data.corpus"
+
+
+@dataclass
+class CorpusRead:
+    """What reading one training corpus found: the positions of its pairs in the corpus stream
+    (start to end), the pairs its reader gave, and what the filters removed."""
+
+    corpus: TrainingCorpus
+    key: str  # its YAML key
+    start: int = 0
+    end: int = 0
+    read: int = 0  # pairs read, before the filters
+    removals: Removals = field(default_factory=Removals)
+
+
 def corpus_stream(
-    data: DataConfig, strict: bool = False, report: Optional[ReadReport] = None, removals: Optional[Removals] = None
-) -> Iterator[tuple[int, Pair]]:
-    """data.corpus's (line, pair)s that break none of data.filters' rules on one pair."""
-    stream = iter_numbered_corpus(data.corpus, strict, report, "data.corpus", data.languages)
-    return PairRules(data.filters, data.languages).apply(stream, removals)
+    data: DataConfig,
+    strict: bool = False,
+    report: Optional[ReadReport] = None,
+    reads: Optional[list[CorpusRead]] = None,
+) -> Iterator[tuple[int, int, Pair]]:
+    """(corpus, line, pair) for each pair of the training corpora, one corpus after the other,
+    that breaks none of data.filters' rules on one pair; `reads`, when given, gets what each
+    corpus's reading found."""
+    rules = PairRules(data.filters, data.languages)
+    position = 0
+    for index, corpus in enumerate(data.training_corpora):
+        key = corpus_key(data, index)
+        found = CorpusRead(corpus, key, start=position)
+        counted = _counted(iter_numbered_corpus(corpus, strict, report, key, data.languages), found)
+        for line, pair in rules.apply(counted, found.removals):
+            position += 1
+            yield index, line, pair
+        found.end = position
+        if reads is not None:
+            reads.append(found)
+
+
+def _counted(stream: Iterable[tuple[int, Pair]], found: CorpusRead) -> Iterator[tuple[int, Pair]]:
+    for item in stream:
+        found.read += 1
+        yield item
 
 
 @dataclass
 class CorpusSplit:
-    """A corpus carved three ways: the validation and test pairs in memory, the training pairs
-    read again from the corpus whenever they are needed."""
+    """The training corpora carved three ways: the validation and test pairs in memory, the
+    training pairs read again from the corpora whenever they are needed."""
 
     data: DataConfig
     valid: list[Pair]
     test: list[Pair]
     roles: np.ndarray  # uint8, one per pair of the corpus stream: UNUSED, TRAIN, VALID or TEST
     train_count: int
-    removals: Removals = field(default_factory=Removals)  # what data.filters dropped
-    read: int = 0  # pairs read from data.corpus, before the filters
+    reads: list[CorpusRead] = field(default_factory=list)  # one per training corpus, in order
     lines: Optional[np.ndarray] = None  # the line (row) each pair of the stream was read from, as roles
+
+    @property
+    def read(self) -> int:
+        """Pairs read from the training corpora, before the filters."""
+        return sum(found.read for found in self.reads)
+
+    @property
+    def removals(self) -> Removals:
+        """What data.filters dropped, all corpora together."""
+        return Removals.merged([found.removals for found in self.reads])
+
+    def train_counts(self) -> list[int]:
+        """The training pairs of each corpus."""
+        return [int((self.roles[found.start : found.end] == TRAIN).sum()) for found in self.reads]
 
     def train_pairs(self) -> Iterator[Pair]:
         """The training pairs, in corpus order, read from the corpus files again."""
-        # Malformed lines were reported (or refused, in strict mode) by the first pass.
-        return (pair for role, pair in self._roles_and_pairs() if role == TRAIN)
+        return (pair for _, pair in self.train_pairs_by_corpus())
 
-    def _roles_and_pairs(self) -> Iterator[tuple[int, Pair]]:
+    def train_pairs_by_corpus(self) -> Iterator[tuple[int, Pair]]:
+        """(corpus, pair) for each training pair, in corpus order."""
+        # Malformed lines were reported (or refused, in strict mode) by the first pass.
+        return ((corpus, pair) for role, corpus, pair in self._roles_and_pairs() if role == TRAIN)
+
+    def _roles_and_pairs(self) -> Iterator[tuple[int, int, Pair]]:
         roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
-        stream = (pair for _, pair in corpus_stream(self.data))
-        for role, pair in itertools.zip_longest(roles, stream):
-            if role is None or pair is None:  # the roles were planned for another version of the file
+        stream = ((corpus, pair) for corpus, _, pair in corpus_stream(self.data))
+        for role, item in itertools.zip_longest(roles, stream):
+            if role is None or item is None:  # the roles were planned for another version of the file
+                names = ", ".join(found.key for found in self.reads) or "data.corpus"
                 raise DataError(
-                    f"{self.data.corpus.path or self.data.corpus.src_path} changed while it was being "
-                    f"prepared (data.corpus); run the command again once it is written"
+                    f"a training corpus ({names}) changed while it was being prepared; "
+                    f"run the command again once it is written"
                 )
-            yield role, pair
+            yield role, item[0], item[1]
 
 
 def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: Track = _untracked) -> CorpusSplit:
-    """Train/valid/test: separate corpora where configured, otherwise carved off `data.corpus`.
+    """Train/valid/test: separate corpora where configured, otherwise carved off the training
+    corpora that have `split: true` (data.corpus when there is one).
 
     With `data.max_pairs`, a seeded sample of that many pairs (in corpus order: a head slice of a
     length-sorted corpus would hold only short sentences) is split instead of the whole corpus.
     """
     report = report if report is not None else ReadReport()
-    removals = Removals()
+    reads: list[CorpusRead] = []
     keys, pairs, lines = array("Q"), array("Q"), array("Q")
     by_pair = data.filters.duplicates == "pair"
-    stream = corpus_stream(data, data.strict, report, removals)
-    for line, pair in track(stream, "reading data.corpus", None):
+    stream = corpus_stream(data, data.strict, report, reads)
+    what = "reading data.corpus" if not data.corpora else f"reading {len(data.corpora)} corpora"
+    for _, line, pair in track(stream, what, None):
         keys.append(source_key(pair[0]))
         lines.append(line)
         if by_pair:
             pairs.append(pair_key(pair))
-    read = report.read
     valid = (
         read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus", data.languages)
         if data.valid_corpus
@@ -120,15 +179,18 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         else None
     )
     roles = np.full(len(keys), TRAIN, dtype=np.uint8)
-    _drop_across_pairs(data, roles, keys, pairs, lines, [*(valid or []), *(test or [])], removals)
+    _drop_across_pairs(data, roles, keys, pairs, lines, [*(valid or []), *(test or [])], reads)
     if data.max_pairs is not None and data.max_pairs < int((roles == TRAIN).sum()):
         kept = np.flatnonzero(roles == TRAIN)
         roles[:] = UNUSED
         roles[sorted(random.Random(data.split_seed).sample(kept.tolist(), data.max_pairs))] = TRAIN
     if valid is not None and test is not None:
-        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), removals, read, _lines(lines))
+        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), reads, _lines(lines))
 
-    sampled = np.flatnonzero(roles == TRAIN)
+    splittable = np.zeros(len(roles), dtype=bool)
+    for found in reads:
+        splittable[found.start : found.end] = found.corpus.split
+    sampled = np.flatnonzero((roles == TRAIN) & splittable)
     try:
         sides, group_rank = assign_sides(
             np.frombuffer(keys, dtype=np.uint64)[sampled],
@@ -141,7 +203,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
-    split = CorpusSplit(data, [], [], roles, int((sides == TRAIN).sum()), removals, read, _lines(lines))
+    split = CorpusSplit(data, [], [], roles, int((roles == TRAIN).sum()), reads, _lines(lines))
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
@@ -161,27 +223,30 @@ def _drop_across_pairs(
     pairs: array,
     lines: array,
     held_out: list[Pair],
-    removals: Removals,
+    reads: list[CorpusRead],
 ) -> None:
     """Mark UNUSED the pairs that data.filters drops across pairs: every occurrence of a pair (or of
-    a source) but the first, and pairs whose source is a source of a separate valid or test corpus."""
+    a source) but the first, in any corpus, and pairs whose source is a source of a separate valid
+    or test corpus."""
     rules = data.filters
     if rules.duplicates != "off" and len(keys):
         seen = np.frombuffer(pairs if rules.duplicates == "pair" else keys, dtype=np.uint64)
         first = np.zeros(len(seen), dtype=bool)
         first[np.unique(seen, return_index=True)[1]] = True
-        _drop(roles, np.flatnonzero(~first), lines, "duplicates", removals)
+        _drop(roles, np.flatnonzero(~first), lines, "duplicates", reads)
     if rules.held_out and held_out and len(keys):
         withheld = np.array(sorted({source_key(source) for source, _ in held_out}), dtype=np.uint64)
         found = np.isin(np.frombuffer(keys, dtype=np.uint64), withheld) & (roles == TRAIN)
-        _drop(roles, np.flatnonzero(found), lines, "held out", removals)
+        _drop(roles, np.flatnonzero(found), lines, "held out", reads)
 
 
-def _drop(roles: np.ndarray, positions: np.ndarray, lines: array, rule: str, removals: Removals) -> None:
+def _drop(roles: np.ndarray, positions: np.ndarray, lines: array, rule: str, reads: list[CorpusRead]) -> None:
+    """Mark the pairs at `positions` UNUSED, counted against the corpus each came from."""
     roles[positions] = UNUSED
-    removals.add_lines(
-        rule, [lines[position] for position in positions[: removals.kept_examples].tolist()], len(positions)
-    )
+    for found in reads:
+        mine = positions[(positions >= found.start) & (positions < found.end)]
+        shown = [lines[position] for position in mine[: found.removals.kept_examples].tolist()]
+        found.removals.add_lines(rule, shown, len(mine))
 
 
 def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> dict[int, list[Pair]]:
@@ -189,7 +254,9 @@ def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> d
     shuffle: the order an in-memory split of the corpus gives them."""
     found: dict[int, list[tuple[int, int, Pair]]] = {VALID: [], TEST: []}
     stream = split._roles_and_pairs()
-    for position, (role, pair) in enumerate(track(stream, "finding the validation and test pairs", len(split.roles))):
+    for position, (role, _, pair) in enumerate(
+        track(stream, "finding the validation and test pairs", len(split.roles))
+    ):
         if role in found:
             found[role].append((int(group_rank[position]), position, pair))
     return {role: [pair for _, _, pair in sorted(items)] for role, items in found.items()}

@@ -9,12 +9,18 @@ SentencePiece models that share one vocabulary whose ids are not SentencePiece's
 tokenizer then carries that vocabulary, a piece per model id, and maps pieces through it. A
 `source_prefix` token (">>cmn_Hans<<", the target language of a multi-target model) goes before
 every source sentence.
+
+A corpus of data.corpora may carry a tag (`<bt>` for back-translated pairs, or a domain): a piece
+of its own, put before each of that corpus's sources when it is prepared. A source text that
+begins with a known tag and a space ("<bt> Hello.") is encoded the same way, so a tag typed at
+translation time gives the ids the model was trained on.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +157,7 @@ class Tokenizers:
     source: Tokenizer
     target: Tokenizer
     source_prefix: Optional[str] = None  # tokenizer.source_prefix: a piece put before every source sentence
+    tags: tuple[str, ...] = ()  # the tags of data.corpora, each a piece of the source vocabulary
 
     def __post_init__(self) -> None:
         if self.source_prefix is not None and self.source.piece_to_id(self.source_prefix) == UNK_ID:
@@ -158,6 +165,12 @@ class Tokenizers:
                 f"tokenizer.source_prefix {self.source_prefix!r} is not a piece of the source vocabulary; "
                 f"name one of its pieces, or train the tokenizer again with `attn tokenizer --retrain`"
             )
+        for tag in self.tags:
+            if self.source.piece_to_id(tag) == UNK_ID:
+                raise TokenizerError(
+                    f"the corpus tag {tag!r} is not a piece of the source vocabulary; "
+                    f"train the tokenizer again with `attn tokenizer --retrain`"
+                )
 
     @property
     def joint(self) -> bool:
@@ -171,8 +184,22 @@ class Tokenizers:
         return [] if self.source_prefix is None else [self.source.piece_to_id(self.source_prefix)]
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids without EOS (the batcher adds it), the source prefix first when there is one."""
-        return self.prefixed(self.source.encode(texts))
+        """Source ids without EOS (the batcher adds it), the source prefix first when there is one,
+        then the tag a text begins with ("<bt> Hello."), when it begins with one of `tags`."""
+        if not self.tags:
+            return self.prefixed(self.source.encode(texts))
+        tagged = [self._split_tag(text) for text in texts]
+        rows = self.source.encode([rest for _, rest in tagged])
+        return self.prefixed(
+            [[self.source.piece_to_id(tag), *row] if tag and row else row for (tag, _), row in zip(tagged, rows)]
+        )
+
+    def _split_tag(self, text: str) -> tuple[Optional[str], str]:
+        """(the tag `text` begins with, the rest of it), or (None, `text`)."""
+        for tag in self.tags:
+            if text.startswith(tag) and (len(text) == len(tag) or text[len(tag)].isspace()):
+                return tag, text[len(tag) :].lstrip()
+        return None, text
 
     def prefixed(self, rows: Sequence[list[int]]) -> list[list[int]]:
         """Source ids with the source prefix put first; an empty row stays empty: there is nothing
@@ -196,7 +223,8 @@ class Tokenizers:
             write_whole(directory / SETTINGS_FILE, json.dumps(settings, ensure_ascii=False, indent=1) + "\n")
 
     def _settings(self) -> dict:
-        return {"vocabulary": self.source.vocabulary, "source_prefix": self.source_prefix}
+        settings = {"vocabulary": self.source.vocabulary, "source_prefix": self.source_prefix}
+        return {**settings, "tags": list(self.tags)} if self.tags else settings
 
     @classmethod
     def load(cls, directory: str | Path) -> "Tokenizers":
@@ -209,13 +237,15 @@ class Tokenizers:
                 f"{settings_file} is damaged ({error}); import or train the model again, or restore the file"
             ) from None
         vocabulary, prefix = settings.get("vocabulary"), settings.get("source_prefix")
+        tags = tuple(settings.get("tags", ()))
         if (directory / "joint.model").is_file():
             joint = Tokenizer.load(directory / "joint.model", vocabulary)
-            return cls(joint, joint, prefix)
+            return cls(joint, joint, prefix, tags)
         return cls(
             Tokenizer.load(directory / "source.model", vocabulary),
             Tokenizer.load(directory / "target.model", vocabulary),
             prefix,
+            tags,
         )
 
     @staticmethod
@@ -231,11 +261,11 @@ class Tokenizers:
 
     @classmethod
     def from_state(cls, state: dict) -> "Tokenizers":
-        """A checkpoint's tokenizers; one saved before vocabularies and prefixes has neither."""
+        """A checkpoint's tokenizers; one saved before vocabularies, prefixes and tags has none."""
         vocabulary = state.get("vocabulary")
         source = Tokenizer(state["source"], vocabulary=vocabulary)
         target = source if state["target"] is None else Tokenizer(state["target"], vocabulary=vocabulary)
-        return cls(source, target, state.get("source_prefix"))
+        return cls(source, target, state.get("source_prefix"), tuple(state.get("tags", ())))
 
 
 def train_sentencepiece(
@@ -267,7 +297,7 @@ def train_sentencepiece(
             # Sentences are short and numerous; shuffled input keeps sampling fair.
             input_sentence_size=cfg.max_training_sentences,
             shuffle_input_sentence=True,
-            num_threads=2,
+            num_threads=cfg.threads or os.cpu_count() or 1,
             minloglevel=2,
         )
     except RuntimeError as error:
@@ -292,14 +322,21 @@ def _explain_training_error(message: str, cfg: TokenizerConfig) -> str:
 
 
 def train_tokenizers(
-    src_sentences: Sequence[str], tgt_sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1
+    src_sentences: Sequence[str],
+    tgt_sentences: Sequence[str],
+    cfg: TokenizerConfig,
+    seed: int = 1,
+    tags: Sequence[str] = (),
 ) -> Tokenizers:
-    symbols = [] if cfg.source_prefix is None else [cfg.source_prefix]
+    """Tokenizers trained on these sentences; the source prefix and each of `tags` (data.corpora's)
+    become pieces of the source vocabulary."""
+    symbols = [*([] if cfg.source_prefix is None else [cfg.source_prefix]), *tags]
     if cfg.joint:
         joint = train_sentencepiece(list(src_sentences) + list(tgt_sentences), cfg, seed, symbols)
-        return Tokenizers(joint, joint, cfg.source_prefix)
+        return Tokenizers(joint, joint, cfg.source_prefix, tuple(tags))
     return Tokenizers(
         train_sentencepiece(src_sentences, cfg, seed, symbols),
         train_sentencepiece(tgt_sentences, cfg, seed),
         cfg.source_prefix,
+        tuple(tags),
     )

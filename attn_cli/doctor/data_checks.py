@@ -20,7 +20,7 @@ import numpy as np
 from attn_cli.config import Config, CorpusConfig
 from attn_cli.data.corpus import Pair, ReadReport, iter_numbered_corpus
 from attn_cli.data.prepared import PreparedData
-from attn_cli.data.split import source_key
+from attn_cli.data.split import corpus_key, source_key
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.doctor.checks import Check, Examples
 
@@ -71,7 +71,12 @@ def scan_corpus(cfg: Config, tokenizers: Optional[Tokenizers], prepared: Optiona
     copies, log_ratios, lines = Examples(), array("f"), array("q")
     counter = _CorpusTokenCounter(cfg, tokenizers) if tokenizers is not None and prepared is None else None
     pairs = 0
-    for line, (source, target) in iter_numbered_corpus(data.corpus, False, report, "data.corpus", data.languages):
+    # Several corpora are read one after the other, their lines numbered each in its own file.
+    stream = itertools.chain.from_iterable(
+        iter_numbered_corpus(corpus, False, report, corpus_key(data, index), data.languages)
+        for index, corpus in enumerate(data.training_corpora)
+    )
+    for line, (source, target) in stream:
         pairs += 1
         if source == target:
             copies.add(line)

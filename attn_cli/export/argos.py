@@ -124,17 +124,17 @@ def readme(config: Config, tokenizers: Tokenizers, quantization: str) -> str:
         "## Training data",
         "",
     ]
-    corpus = config.data.corpus
-    attribution = corpus_readme(corpus.path) if corpus.path else None
-    if attribution is not None:
-        name = corpus.path[len(BUILTIN_PREFIX) :]
-        lines += [f"attn's built-in corpus `{name}`:", "", _demoted(attribution)]
-    else:
-        lines += [
-            f"{_described(corpus)}. attn's config records no licence for it: add the data's attribution "
-            "here before you share this package.",
-            "",
-        ]
+    for corpus in config.data.training_corpora:
+        attribution = corpus_readme(corpus.path) if corpus.path else None
+        if attribution is not None:
+            name = corpus.path[len(BUILTIN_PREFIX) :]
+            lines += [f"attn's built-in corpus `{name}`:", "", _demoted(attribution)]
+        else:
+            lines += [
+                f"{_described(corpus)}. attn's config records no licence for it: add the data's attribution "
+                "here before you share this package.",
+                "",
+            ]
     return "\n".join(lines)
 
 

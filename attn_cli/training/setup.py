@@ -118,6 +118,7 @@ class TrainingSetup:
     precision: Precision
     update: TrainingStep
     nonfinite: NonfiniteGuard
+    corpus_sizes: tuple[int, ...] = ()  # train_examples' pairs of each training corpus, stored in that order
     state: TrainState = field(default_factory=TrainState)  # where the run stands: a resumed run's own
 
 
@@ -201,6 +202,7 @@ def setup_training(
         precision,
         update,
         NonfiniteGuard(cfg.train.max_nonfinite_steps),
+        tuple(prepared.corpus_sizes),
     )
     if resumed is not None:
         _restore(setup, resumed)

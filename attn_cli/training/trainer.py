@@ -20,6 +20,7 @@ from attn_cli.config import Config
 from attn_cli.data.batching import token_batches
 from attn_cli.data.collate import Batch, collate
 from attn_cli.data.joining import JoinSettings, join_epoch
+from attn_cli.data.weighting import draw_epoch
 from attn_cli.decoding.pipeline import translate
 from attn_cli.decoding.records import Source
 from attn_cli.decoding.scoring import score_translations
@@ -216,10 +217,23 @@ class Trainer:
         return self._epoch_batches[1]
 
     def _examples_of_epoch(self, epoch: int):
-        """The training pairs, with train.join.rate of them joined into longer ones, drawn anew each epoch."""
-        join, data = self.setup.cfg.train.join, self.setup.cfg.data
-        if join.rate == 0 or epoch == 0:
-            return self.setup.train_examples
+        """The training pairs drawn at their corpora's weights, with train.join.rate of them joined
+        into longer ones, drawn anew each epoch."""
+        join, data, seed = self.setup.cfg.train.join, self.setup.cfg.data, self.setup.cfg.train.seed
+        examples = self.setup.train_examples
+        if epoch == 0:
+            return examples
+        if data.weighted:
+            weights = [corpus.weight for corpus in data.training_corpora]
+            examples = draw_epoch(examples, self.setup.corpus_sizes, weights, seed, epoch)
+            drawn = np.bincount(
+                np.searchsorted(np.cumsum(self.setup.corpus_sizes), examples.positions, side="right"),
+                minlength=len(weights),
+            )
+            each = ", ".join(f"{c.label} {n:,}" for c, n in zip(data.training_corpora, drawn.tolist()))
+            self.setup.display.log(f"epoch {epoch}: {len(examples):,} pairs drawn at the corpora's weights ({each})")
+        if join.rate == 0:
+            return examples
         settings = JoinSettings(
             join.rate,
             join.max_pairs,
@@ -227,7 +241,7 @@ class Trainer:
             joiner(data.src_lang),
             joiner(data.tgt_lang),
         )
-        return join_epoch(self.setup.train_examples, self.setup.tokenizers, settings, self.setup.cfg.train.seed, epoch)
+        return join_epoch(examples, self.setup.tokenizers, settings, seed, epoch)
 
     def _next_update(self) -> Optional[list[list[int]]]:
         """The batches of the next update, starting the next epoch when this one is used up; None
