@@ -449,6 +449,21 @@ class JoinConfig:
 
 
 @dataclass(frozen=True)
+class CasingConfig:
+    upper: float = 0.0  # share of the training pairs upper-cased, both sides, each epoch
+    title: float = 0.0  # share title-cased (each word's first letter a capital), both sides
+
+    def validate(self, path: str) -> None:
+        _check_numbers(self, path)
+        for key in ("upper", "title"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                _fail(f"{path}.{key}", f"{getattr(self, key)} must be in [0, 1] (0 recases no pairs)")
+        if self.upper + self.title > 1.0:
+            total = self.upper + self.title
+            _fail(f"{path}.title", f"upper + title is {total:g}; together they are a share of the pairs, at most 1")
+
+
+@dataclass(frozen=True)
 class EarlyStoppingConfig:
     metric: Literal["bleu", "loss"] = "bleu"  # validation BLEU (higher is better) or loss (lower is better)
     patience: int = 5  # validations in a row without improvement before training stops
@@ -478,6 +493,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     valid_every: int = 1000  # steps between validations (and checkpoints)
     join: JoinConfig = field(default_factory=JoinConfig)  # training pairs joined into longer ones (data/joining.py)
+    casing: CasingConfig = field(default_factory=CasingConfig)  # pairs upper- or title-cased (data/casing.py)
     early_stopping: Optional[EarlyStoppingConfig] = None  # e.g. {metric: bleu, patience: 5}; null trains to the budget
     keep_last: int = 0  # also keep this many step-numbered checkpoints (for `attn average`); 0 keeps none
     valid_bleu: bool = True
@@ -510,6 +526,7 @@ class TrainConfig:
         if self.max_minutes is not None and self.max_minutes <= 0:
             _fail(f"{path}.max_minutes", f"{self.max_minutes} must be > 0, or null for no limit")
         self.join.validate(f"{path}.join")
+        self.casing.validate(f"{path}.casing")
         if self.early_stopping is not None:
             self.early_stopping.validate(f"{path}.early_stopping")
             if self.early_stopping.metric == "bleu" and not self.valid_bleu:

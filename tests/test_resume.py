@@ -12,14 +12,16 @@ from attn_cli.config import ConfigError
 from attn_cli.training.state import resume_config
 
 # Dropout on, so the resumed run must also continue the random number streams; two batches per
-# update, so the position inside the epoch counts batches, not steps; pairs joined, so each epoch's
-# joined pairs must be drawn again alike.
+# update, so the position inside the epoch counts batches, not steps; pairs recased and joined, so
+# each epoch's recased and joined pairs must be drawn again alike.
 SETTINGS = [
     "model.dropout=0.1",
     "train.accumulate=2",
     "train.valid_every=10",
     "train.valid_bleu=false",
     "train.join.rate=0.3",
+    "train.casing.upper=0.1",
+    "train.casing.title=0.1",
 ]
 
 

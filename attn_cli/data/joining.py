@@ -117,7 +117,7 @@ def join_epoch(
                 alone[group] = False
                 rows["src"].append(np.asarray(src_row, dtype=np.int32))
                 rows["tgt"].append(np.asarray(tgt_row, dtype=np.int32))
-    return EpochPairs(base, np.flatnonzero(alone), _in_memory_pairs(rows["src"], rows["tgt"]))
+    return EpochPairs(base, np.flatnonzero(alone), TokenizedPairs.from_rows(rows["src"], rows["tgt"]))
 
 
 def _joined_rows(
@@ -125,21 +125,14 @@ def _joined_rows(
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The token ids of each group's pairs joined as text and tokenized again."""
     members = np.concatenate(groups)
-    src_texts = tokenizers.source.decode([base[int(p)].src for p in members])
+    # A joined source carries its first pair's tag (data.corpora), once, and the source prefix once.
+    src_texts = tokenizers.decode_sources([base[int(p)].src for p in members])
     tgt_texts = tokenizers.target.decode([base[int(p)].tgt for p in members])
     sources, targets, start = [], [], 0
     for group in groups:
         end = start + len(group)
-        sources.append(settings.source_separator.join(src_texts[start:end]))
+        parts = [src_texts[start], *(tokenizers.split_tag(text)[1] for text in src_texts[start + 1 : end])]
+        sources.append(settings.source_separator.join(parts))
         targets.append(settings.target_separator.join(tgt_texts[start:end]))
         start = end
     return tokenizers.encode_sources(sources), tokenizers.target.encode(targets)
-
-
-def _in_memory_pairs(src_rows: list[np.ndarray], tgt_rows: list[np.ndarray]) -> TokenizedPairs:
-    arrays = []
-    for rows in (src_rows, tgt_rows):
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, rows), np.int64, len(rows)), out=offsets[1:])
-        arrays += [np.concatenate(rows) if rows else np.zeros(0, np.int32), offsets]
-    return TokenizedPairs(*arrays)

@@ -77,6 +77,16 @@ class TokenizedPairs:
         return np.diff(self.tgt_offsets)
 
     @classmethod
+    def from_rows(cls, src_rows: Sequence[np.ndarray], tgt_rows: Sequence[np.ndarray]) -> "TokenizedPairs":
+        """Pairs of token-id rows held in memory (an epoch's joined or recased pairs)."""
+        arrays = []
+        for rows in (src_rows, tgt_rows):
+            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, rows), np.int64, len(rows)), out=offsets[1:])
+            arrays += [np.concatenate(rows) if len(rows) else np.zeros(0, _ID_TYPE), offsets]
+        return cls(*arrays)
+
+    @classmethod
     def open(cls, directory: Path) -> "TokenizedPairs":
         """The arrays of `directory`, memory-mapped; ValueError when they do not fit together."""
         arrays = []

@@ -188,13 +188,23 @@ class Tokenizers:
         then the tag a text begins with ("<bt> Hello."), when it begins with one of `tags`."""
         if not self.tags:
             return self.prefixed(self.source.encode(texts))
-        tagged = [self._split_tag(text) for text in texts]
+        tagged = [self.split_tag(text) for text in texts]
         rows = self.source.encode([rest for _, rest in tagged])
         return self.prefixed(
             [[self.source.piece_to_id(tag), *row] if tag and row else row for (tag, _), row in zip(tagged, rows)]
         )
 
-    def _split_tag(self, text: str) -> tuple[Optional[str], str]:
+    def decode_sources(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """The texts of source ids as `encode_sources` takes them: the source prefix left out (it
+        is put back), a tag typed before the text."""
+        lead = len(self.prefix_ids)
+        tag_ids = {self.source.piece_to_id(tag): tag for tag in self.tags}
+        rows = [row[lead:] if lead and list(row[:lead]) == self.prefix_ids else row for row in rows]
+        tags = [tag_ids.get(row[0]) if len(row) else None for row in rows]
+        texts = self.source.decode([row[1:] if tag else row for row, tag in zip(rows, tags)])
+        return [f"{tag} {text}" if tag else text for tag, text in zip(tags, texts)]
+
+    def split_tag(self, text: str) -> tuple[Optional[str], str]:
         """(the tag `text` begins with, the rest of it), or (None, `text`)."""
         for tag in self.tags:
             if text.startswith(tag) and (len(text) == len(tag) or text[len(tag)].isspace()):

@@ -18,6 +18,7 @@ import torch
 from attn_cli.checkpoint import keep_newest_step_checkpoints, save_checkpoint
 from attn_cli.config import Config
 from attn_cli.data.batching import token_batches
+from attn_cli.data.casing import CasingSettings, case_epoch
 from attn_cli.data.collate import Batch, collate
 from attn_cli.data.joining import JoinSettings, join_epoch
 from attn_cli.data.weighting import draw_epoch
@@ -217,8 +218,8 @@ class Trainer:
         return self._epoch_batches[1]
 
     def _examples_of_epoch(self, epoch: int):
-        """The training pairs drawn at their corpora's weights, with train.join.rate of them joined
-        into longer ones, drawn anew each epoch."""
+        """The training pairs drawn at their corpora's weights, train.casing's shares of them
+        recased, and train.join.rate of them joined into longer ones: drawn anew each epoch."""
         join, data, seed = self.setup.cfg.train.join, self.setup.cfg.data, self.setup.cfg.train.seed
         examples = self.setup.train_examples
         if epoch == 0:
@@ -232,6 +233,10 @@ class Trainer:
             )
             each = ", ".join(f"{c.label} {n:,}" for c, n in zip(data.training_corpora, drawn.tolist()))
             self.setup.display.log(f"epoch {epoch}: {len(examples):,} pairs drawn at the corpora's weights ({each})")
+        casing = self.setup.cfg.train.casing
+        if casing.upper or casing.title:
+            settings = CasingSettings(casing.upper, casing.title, data.max_source_tokens, data.max_target_tokens)
+            examples = case_epoch(examples, self.setup.tokenizers, settings, seed, epoch)
         if join.rate == 0:
             return examples
         settings = JoinSettings(
