@@ -18,10 +18,14 @@ measures, each in its own process:
   one process alike: each rank's peaks, and the peak of their sum (PSS adds up to what they take
   together).
 
+With --filters-size, `attn prepare` is measured again at that size with no filter, every rule of
+data.filters but language identification, and every rule: pairs/s and peak memory.
+
 The commands run with the config en-zh.yaml (--smoke: tiny.yaml). Without torchrun on the PATH, the
 two-process part is reported as unavailable.
 
     python3 -m bench.data --sizes 100000 1000000 --json bench_results/data.json
+    python3 -m bench.data --sizes 5000000 --ranks-size 0 --filters-size 5000000 --json bench_results/filters.json
     python3 -m bench.data --smoke --workdir /tmp/attn-bench --json /tmp/data.json
 """
 
@@ -172,6 +176,31 @@ def bench_size(pairs: int, workdir: Path, steps: int, config: str = CONFIG) -> d
     }
 
 
+def bench_filters(pairs: int, workdir: Path, config: str = CONFIG) -> dict:
+    """The first `attn prepare` of the corpus bench_size wrote for `pairs`, in a run of its own given
+    that run's tokenizer: with no filter, with every rule of data.filters but language
+    identification (those of docs/configuration.md's "Your own data"), and with it too."""
+    from bench.cleaning import FILTERS
+
+    corpus = workdir / f"corpus-{pairs}.tsv"
+    variants = {"none": {}, "every rule but language_id": FILTERS, "every rule": {**FILTERS, "language_id": True}}
+    found = {}
+    for name, rules in variants.items():
+        run_dir = workdir / f"run-{pairs}-filters-{len(found)}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.copytree(workdir / f"run-{pairs}" / "tokenizer", run_dir / "tokenizer")
+        settings = [
+            part for key, value in rules.items() for part in ("--set", f"data.filters.{key}={json.dumps(value)}")
+        ]
+        result = run(["prepare", *_settings(corpus, run_dir, config), *settings, "--json"])
+        stats = json.loads(result.pop("stdout"))
+        result["pairs_per_s"] = round(stats["corpus_pairs_read"] / result["seconds"])
+        result["removed_by_filters"] = stats["removed_by_filters"]
+        found[name] = result
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {"pairs": pairs, "variants": found}
+
+
 def bench_two_ranks(pairs: int, workdir: Path, steps: int, config: str = CONFIG) -> dict:
     """`attn train` on two torchrun processes (gloo, one thread each) on the data bench_size prepared
     for `pairs`, in a run directory of its own given that run's tokenizer and sharing one prepared
@@ -225,6 +254,12 @@ def main() -> None:
     )
     arguments.add_argument("--steps", type=int, default=50)
     arguments.add_argument(
+        "--filters-size",
+        type=int,
+        default=0,
+        help="the size (one of --sizes) at which `attn prepare` is measured with data.filters on and off; 0: none",
+    )
+    arguments.add_argument(
         "--workdir",
         type=Path,
         help="where the corpora and runs are written and kept (default: a temporary directory, removed after; "
@@ -234,7 +269,7 @@ def main() -> None:
     config = CONFIG
     if args.smoke:
         config = "tiny.yaml"
-        args.sizes, args.ranks_size, args.steps = [1000], 1000, 2
+        args.sizes, args.ranks_size, args.steps, args.filters_size = [1000], 1000, 2, 1000
         if args.workdir is not None:
             args.workdir = args.workdir / "data-smoke"
             shutil.rmtree(args.workdir, ignore_errors=True)  # measured from the start, as in a new directory
@@ -255,6 +290,7 @@ def main() -> None:
                 f"{r['train']['peak_anonymous_mb']:,} MB",
                 flush=True,
             )
+        filters = bench_filters(args.filters_size, workdir, config) if args.filters_size in args.sizes else None
         ranks = bench_two_ranks(args.ranks_size, workdir, args.steps, config) if args.ranks_size in args.sizes else None
         if ranks is not None:
             print(f"two processes on {args.ranks_size:,} pairs: {ranks}", flush=True)
@@ -298,7 +334,22 @@ def main() -> None:
             f"\ntogether (PSS) {two['peak_total_pss_mb']:,} MB = {two['peak_total_pss_mb'] / largest_rss:.2f} x "
             f"one rank's RSS ({largest_rss:,} MB)"
         )
-    write_report(args.json, {"config": config, "sizes": results, "two_ranks": ranks, "steps": args.steps}, args)
+    if filters is not None:
+        print(f"\n`attn prepare` of {filters['pairs']:,} pairs, by data.filters:\n")
+        none = filters["variants"]["none"]
+        table = [
+            [name, found["seconds"], found["pairs_per_s"], round(found["pairs_per_s"] / none["pairs_per_s"], 2)]
+            + [
+                found["peak_rss_mb"],
+                found["peak_rss_mb"] - none["peak_rss_mb"],
+                sum(found["removed_by_filters"].values()),
+            ]
+            for name, found in filters["variants"].items()
+        ]
+        headers = ["filters", "seconds", "pairs/s", "x no filter", "peak RSS MB", "RSS - no filter MB", "removed"]
+        print(markdown_table(headers, table))
+    report = {"config": config, "sizes": results, "two_ranks": ranks, "filters": filters, "steps": args.steps}
+    write_report(args.json, report, args)
 
 
 if __name__ == "__main__":

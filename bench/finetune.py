@@ -7,12 +7,15 @@
    minutes, so that a busy machine changes the time but not the model).
 3. Fine-tuned: a new run with `train.init_from` the base run, on the questions (its own split:
    200 validation and 500 test pairs held out), for --fine-steps updates at --fine-lr.
-4. Both models translate both test sets with the config's beam search, scored by `attn eval`:
+4. Mixed: for each of --mix-weights, the same fine-tuning with the general training pairs (those of
+   the base run: its validation and test pairs left out) mixed back in as a second corpus of
+   `data.corpora` at that weight (0.1 draws a tenth of them each epoch, anew every epoch).
+5. Every model translates both test sets with the config's beam search, scored by `attn eval`:
    the questions' test split (in-domain, before and after) and the general test split (forgetting).
 
 A base run already in --workdir is reused (and its time not measured); the fine-tuned run must be new.
 
-    python3 -m bench.finetune --workdir runs/finetune --json bench_results/finetune.json
+    python3 -m bench.finetune --workdir runs/finetune --mix-weights 0.05 0.15 --json bench_results/finetune.json
     python3 -m bench.finetune --smoke --workdir /tmp/attn-bench --json /tmp/finetune.json
 """
 
@@ -40,6 +43,21 @@ def split_corpus(workdir: Path) -> tuple[Path, Path, int, int]:
     return paths[0], paths[1], len(general), len(questions)
 
 
+def general_training_pairs(general: Path, base: Path) -> Path:
+    """The general pairs the base run trained on: `general` without its validation and test
+    sources, written beside it, so that mixing them back in never trains on a general test pair."""
+    from attn_cli.paths import RunPaths
+
+    held_out = set()
+    for split in ("valid", "test"):
+        held_out |= set(RunPaths.of(base).split_file(split, "en").read_text(encoding="utf-8").splitlines())
+    lines = general.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.split("\t", 1)[0].strip() not in held_out]
+    path = general.with_name("general-train.tsv")
+    path.write_text("".join(kept), encoding="utf-8")
+    return path
+
+
 def scores(checkpoint: Path, split_run: Path) -> dict:
     """BLEU and chrF of `checkpoint` on the test split of `split_run`."""
     output = attn("eval", "--checkpoint", str(checkpoint), "--run", str(split_run))
@@ -65,6 +83,13 @@ def main() -> None:
     arguments.add_argument("--base-steps", type=int, default=4722)
     arguments.add_argument("--fine-steps", type=int, default=400)
     arguments.add_argument("--fine-lr", type=float, default=2e-4)
+    arguments.add_argument(
+        "--mix-weights",
+        type=float,
+        nargs="*",
+        default=[0.05, 0.15],
+        help="weights of the general pairs mixed into fine-tuning, a run each (none: pure fine-tuning alone)",
+    )
     args = arguments.parse_args()
     config = "en-zh.yaml"
     if args.smoke:
@@ -91,30 +116,45 @@ def main() -> None:
             ),
         )
     base_seconds = time.perf_counter() - started
+    fine_tuning = [
+        "data.src_lang=en",
+        "data.tgt_lang=zh",
+        f"train.init_from={base}",
+        "data.valid_size=200",
+        "data.test_size=500",
+        "data.max_pairs=null",  # every question (tiny.yaml samples): the mixed runs split them alike
+        f"train.max_steps={args.fine_steps}",
+        "train.max_minutes=null",
+        f"train.lr={args.fine_lr}",
+        "train.warmup_steps=50",
+        "train.valid_every=50",
+    ]
     started = time.perf_counter()
-    attn(
-        "train",
-        "--config",
-        config,
-        *settings(
-            f"run_dir={fine}",
-            f"data.corpus.path={questions}",
-            "data.src_lang=en",
-            "data.tgt_lang=zh",
-            f"train.init_from={base}",
-            "data.valid_size=200",
-            "data.test_size=500",
-            f"train.max_steps={args.fine_steps}",
-            "train.max_minutes=null",
-            f"train.lr={args.fine_lr}",
-            "train.warmup_steps=50",
-            "train.valid_every=50",
-        ),
-    )
+    attn("train", "--config", config, *settings(f"run_dir={fine}", f"data.corpus.path={questions}", *fine_tuning))
     fine_seconds = time.perf_counter() - started
+    runs = {"base": base, "fine-tuned": fine}
+    general_train = general_training_pairs(general, base)
+    for weight in args.mix_weights:
+        mixed = args.workdir / f"mixed-{weight:g}"
+        shutil.rmtree(mixed, ignore_errors=True)
+        # The questions first, so that the validation and test splits, carved off the questions
+        # alone, are the pure fine-tuning run's own (the same seed, the same pairs).
+        corpora = (
+            f"[{{path: '{questions}', name: questions}}, "
+            f"{{path: '{general_train}', name: general, weight: {weight}, split: false}}]"
+        )
+        attn(
+            "train",
+            "--config",
+            config,
+            *settings(f"run_dir={mixed}", "data.corpus=null", f"data.corpora={corpora}", *fine_tuning),
+        )
+        runs[f"fine-tuned, general mixed in at {weight:g}"] = mixed
+        for split in ("valid", "test"):  # scored on the same questions as the pure fine-tuning
+            assert (mixed / "data" / f"{split}.en").read_bytes() == (fine / "data" / f"{split}.en").read_bytes()
 
     results = {}
-    for name, run in (("base", base), ("fine-tuned", fine)):
+    for name, run in runs.items():
         checkpoint = run / "checkpoints" / "best.pt"
         results[name] = {"questions": scores(checkpoint, fine), "general": scores(checkpoint, base)}
 
@@ -140,6 +180,7 @@ def main() -> None:
         "base_steps": args.base_steps,
         "fine_steps": args.fine_steps,
         "fine_lr": args.fine_lr,
+        "mix_weights": args.mix_weights,
         "question_pairs": question_count,
         "general_pairs": general_count,
         "base_seconds": round(base_seconds),

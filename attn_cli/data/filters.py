@@ -5,8 +5,8 @@ data all see the same pairs:
 
 - rules on one pair (`PairRules`): a copy, a side too long, sides of very different lengths, markup,
   a character repeated on and on, control characters, a side not in its language's script, a side
-  that a language identifier places elsewhere. They are applied as the corpus is read, on every
-  pass alike, and cost no memory.
+  that a language identifier places elsewhere. attn_cli/data/split.py applies them once, on its
+  first pass over the corpus, and later passes read the role that pass left (a byte per pair).
 - rules across pairs (duplicates, pairs whose source is held out for validation or test), which
   attn_cli/data/split.py applies on the 8-byte keys it already keeps per pair.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Optional
 
 from attn_cli import languages as language_names
 from attn_cli.config import FiltersConfig
@@ -131,17 +131,6 @@ class PairRules:
             if drops(source, target):
                 return name
         return None
-
-    def apply(
-        self, pairs: Iterable[tuple[int, Pair]], removals: Optional[Removals] = None
-    ) -> Iterator[tuple[int, Pair]]:
-        """The (line, pair)s that break no rule; `removals` counts the others."""
-        for line, (source, target) in pairs:
-            broken = self.first_broken(source, target)
-            if broken is None:
-                yield line, (source, target)
-            elif removals is not None:
-                removals.add(broken, line, (source, target))
 
 
 def _script_share(language: str) -> Optional[Callable[[str], float]]:

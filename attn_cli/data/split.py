@@ -1,7 +1,8 @@
 """Carving validation and test sets off a corpus of any size, without holding it in memory.
 
-The training corpora (data.corpus, or each of data.corpora in turn) are read as one stream, twice,
-through the rules on one pair of data.filters (attn_cli/data/filters.py). The first pass keeps only
+The training corpora (data.corpus, or each of data.corpora in turn) are read as one stream, twice.
+The first pass applies the rules on one pair of data.filters (attn_cli/data/filters.py), once: it
+keeps a role per pair read (one byte, UNUSED for a pair a rule removed), and only
 8-byte hashes of each pair's source sentence and of the pair, and its line; from these, duplicates
 and pairs whose source is held out in a separate validation or test corpus are dropped
 (data.filters.duplicates, held_out), and the split is planned as if the corpora were in memory,
@@ -78,27 +79,19 @@ def corpus_stream(
     report: Optional[ReadReport] = None,
     reads: Optional[list[CorpusRead]] = None,
 ) -> Iterator[tuple[int, int, Pair]]:
-    """(corpus, line, pair) for each pair of the training corpora, one corpus after the other,
-    that breaks none of data.filters' rules on one pair; `reads`, when given, gets what each
-    corpus's reading found."""
-    rules = PairRules(data.filters, data.languages)
+    """(corpus, line, pair) for each pair read from the training corpora, one corpus after the
+    other; `reads`, when given, gets each corpus's place in the stream."""
     position = 0
     for index, corpus in enumerate(data.training_corpora):
         key = corpus_key(data, index)
         found = CorpusRead(corpus, key, start=position)
-        counted = _counted(iter_numbered_corpus(corpus, strict, report, key, data.languages), found)
-        for line, pair in rules.apply(counted, found.removals):
+        for line, pair in iter_numbered_corpus(corpus, strict, report, key, data.languages):
             position += 1
             yield index, line, pair
         found.end = position
+        found.read = found.end - found.start
         if reads is not None:
             reads.append(found)
-
-
-def _counted(stream: Iterable[tuple[int, Pair]], found: CorpusRead) -> Iterator[tuple[int, Pair]]:
-    for item in stream:
-        found.read += 1
-        yield item
 
 
 @dataclass
@@ -109,7 +102,7 @@ class CorpusSplit:
     data: DataConfig
     valid: list[Pair]
     test: list[Pair]
-    roles: np.ndarray  # uint8, one per pair of the corpus stream: UNUSED, TRAIN, VALID or TEST
+    roles: np.ndarray  # uint8, one per pair read from the corpora: UNUSED (filtered out), TRAIN, VALID or TEST
     train_count: int
     reads: list[CorpusRead] = field(default_factory=list)  # one per training corpus, in order
     lines: Optional[np.ndarray] = None  # the line (row) each pair of the stream was read from, as roles
@@ -159,15 +152,24 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     """
     report = report if report is not None else ReadReport()
     reads: list[CorpusRead] = []
-    keys, pairs, lines = array("Q"), array("Q"), array("Q")
+    keys, pairs, lines, kept = array("Q"), array("Q"), array("Q"), array("B")
     by_pair = data.filters.duplicates == "pair"
+    rules = PairRules(data.filters, data.languages)
+    removals = [Removals() for _ in data.training_corpora]
     stream = corpus_stream(data, data.strict, report, reads)
     what = "reading data.corpus" if not data.corpora else f"reading {len(data.corpora)} corpora"
-    for _, line, pair in track(stream, what, None):
-        keys.append(source_key(pair[0]))
+    # The rules on one pair are applied here, once: later passes read the roles they left.
+    for corpus, line, pair in track(stream, what, None):
+        broken = rules.first_broken(*pair) if rules.rules else None
+        if broken is not None:
+            removals[corpus].add(broken, line, pair)
+        kept.append(broken is None)
+        keys.append(source_key(pair[0]) if broken is None else 0)
         lines.append(line)
         if by_pair:
-            pairs.append(pair_key(pair))
+            pairs.append(pair_key(pair) if broken is None else 0)
+    for found, removed in zip(reads, removals):
+        found.removals = removed
     valid = (
         read_corpus(data.valid_corpus, data.strict, report, "data.valid_corpus", data.languages)
         if data.valid_corpus
@@ -178,7 +180,7 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         if data.test_corpus
         else None
     )
-    roles = np.full(len(keys), TRAIN, dtype=np.uint8)
+    roles = np.where(np.frombuffer(kept, dtype=np.uint8).astype(bool), TRAIN, UNUSED).astype(np.uint8)
     _drop_across_pairs(data, roles, keys, pairs, lines, [*(valid or []), *(test or [])], reads)
     if data.max_pairs is not None and data.max_pairs < int((roles == TRAIN).sum()):
         kept = np.flatnonzero(roles == TRAIN)
@@ -230,10 +232,11 @@ def _drop_across_pairs(
     or test corpus."""
     rules = data.filters
     if rules.duplicates != "off" and len(keys):
-        seen = np.frombuffer(pairs if rules.duplicates == "pair" else keys, dtype=np.uint64)
+        candidates = np.flatnonzero(roles == TRAIN)  # the pairs no rule on one pair removed
+        seen = np.frombuffer(pairs if rules.duplicates == "pair" else keys, dtype=np.uint64)[candidates]
         first = np.zeros(len(seen), dtype=bool)
         first[np.unique(seen, return_index=True)[1]] = True
-        _drop(roles, np.flatnonzero(~first), lines, "duplicates", reads)
+        _drop(roles, candidates[~first], lines, "duplicates", reads)
     if rules.held_out and held_out and len(keys):
         withheld = np.array(sorted({source_key(source) for source, _ in held_out}), dtype=np.uint64)
         found = np.isin(np.frombuffer(keys, dtype=np.uint64), withheld) & (roles == TRAIN)
