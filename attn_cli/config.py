@@ -150,9 +150,27 @@ class CorpusConfig:
     # In a .zip: the member to read (tsv, jsonl, tmx); format text takes the members of src_path and
     # tgt_path that end in .SRC_LANG and .TGT_LANG, as OPUS's Moses downloads name them.
     member: Optional[str] = None
+    # A score per pair (Bicleaner, OpusFilter, LASER): its column (tsv) or field (jsonl); the pairs
+    # scored below min_score are removed, counted as data.filters' removals are.
+    score_column: Optional[int] = None
+    score_field: Optional[str] = None
+    min_score: Optional[float] = None
 
     def validate(self, path: str) -> None:
         _check_numbers(self, path)
+        if self.score_column is not None and self.format != "tsv":
+            _fail(f"{path}.score_column", f"is for format 'tsv'; a {self.format} corpus's score is score_field (jsonl)")
+        if self.score_field is not None and self.format != "jsonl":
+            _fail(f"{path}.score_field", f"is for format 'jsonl'; a {self.format} corpus's score is score_column (tsv)")
+        if self.score_column is not None and self.score_column in (self.src_column, self.tgt_column):
+            _fail(
+                f"{path}.score_column", f"{self.score_column} is the source or target column; name the score's column"
+            )
+        if self.min_score is not None and self.score_column is None and self.score_field is None:
+            _fail(
+                f"{path}.min_score",
+                "needs the scores: set score_column (tsv, a column number) or score_field (jsonl, a field name)",
+            )
         if self.format in ("tsv", "jsonl", "tmx") and not self.path:
             _fail(f"{path}.path", f"format {self.format!r} needs a file path, e.g. path: data/corpus.{self.format}")
         if self.format == "text" and not (self.src_path and self.tgt_path):

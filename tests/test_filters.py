@@ -1,6 +1,7 @@
 """data.filters: each rule drops the noise it is for and keeps clean pairs; the rules across pairs
 (duplicates, held-out sources) act on the split; every pass over the corpus sees the same pairs."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,66 @@ def test_a_corpus_whose_scripts_disagree_with_its_languages_is_warned_about():
     assert "targets are not written in the script of data.tgt_lang=de" in languages_disagree(pairs, ("en", "de"))
     assert "sides look swapped" in languages_disagree([(t, s) for s, t in pairs], ("en", "zh"))
     assert languages_disagree(pairs, ("en", "xx")) is None, "a language whose script is unknown is not judged"
+
+
+def test_a_score_column_removes_the_pairs_below_min_score_and_refuses_a_score_that_is_no_number(tmp_path):
+    clean = [(f"Sentence {i}.", f"句子{i}。") for i in range(40)]
+    lines = [f"{s}\t{t}\t{0.1 if i % 4 == 0 else 0.9}\n" for i, (s, t) in enumerate(clean)]
+    lines[5] = f"{clean[5][0]}\t{clean[5][1]}\thigh\n"
+    path = tmp_path / "scored.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    report = ReadReport()
+    data = DataConfig(corpus=CorpusConfig(path=str(path), score_column=2, min_score=0.5), valid_size=2, test_size=2)
+    split = split_corpus(data, report)
+    kept = set(list(split.train_pairs()) + split.valid + split.test)
+    assert kept == {pair for i, pair in enumerate(clean) if i % 4 != 0 and i != 5}
+    assert split.removals.counts == {"score": 10}
+    assert report.reasons == {"column 2 (score_column) is 'high', not a number": 1}
+
+    jsonl = tmp_path / "scored.jsonl"
+    records = [{"en": s, "zh": t, "score": 0.1 if i % 4 == 0 else 0.9} for i, (s, t) in enumerate(clean)]
+    jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    scored = CorpusConfig(format="jsonl", path=str(jsonl), score_field="score", min_score=0.5)
+    split = split_corpus(DataConfig(corpus=scored, valid_size=2, test_size=2))
+    assert split.removals.counts == {"score": 10}
+
+
+@pytest.mark.parametrize(
+    ("corpus", "key"),
+    [
+        ({"path": "a.tsv", "min_score": 0.5}, "data.corpus.min_score"),
+        ({"path": "a.tsv", "score_column": 1}, "data.corpus.score_column"),
+        ({"path": "a.tsv", "score_field": "score"}, "data.corpus.score_field"),
+    ],
+)
+def test_a_score_setting_without_its_scores_is_refused(corpus, key):
+    from attn_cli.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({"data": {"corpus": corpus}})
+    assert error.value.key == key
+
+
+def test_prepare_shows_the_removed_pairs_it_is_asked_for_and_again_from_the_prepared_data(tmp_path):
+    from support.runs import REPO
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+
+    clean = [(f"Sentence number {i}.", f"句子{i}。") for i in range(200)]
+    copies = [(f"Copy {i}.", f"copy {i}.") for i in range(8)]
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"{s}\t{t}\n" for s, t in clean + copies), encoding="utf-8")
+    settings = [f"data.corpus.path={corpus}", "data.src_lang=en", "data.tgt_lang=zh", "data.filters.copies=true"]
+    settings += [f"run_dir={tmp_path / 'run'}", "tokenizer.vocab_size=300", "data.max_pairs=null"]
+    args = ["prepare", "--config", str(REPO / "configs" / "tiny.yaml")] + [p for s in settings for p in ("--set", s)]
+    first = CliRunner().invoke(app, [*args, "--show-removed", "5"])
+    assert first.exit_code == 0, first.output
+    shown = [line for line in first.output.splitlines() if line.strip().startswith("copies, e.g.")]
+    assert shown and all(line.count("→") == 5 for line in shown)  # as prepared, and in the summary
+    again = CliRunner().invoke(app, [*args, "--show-removed", "2"])
+    assert "reusing" in again.output
+    shown = [line for line in again.output.splitlines() if line.strip().startswith("copies, e.g.")]
+    assert len(shown) == 1 and shown[0].count("→") == 2 and "'Copy 0.' → 'copy 0.'" in shown[0]
+    hidden = CliRunner().invoke(app, [*args, "--show-removed", "0"])
+    assert "copies, e.g." not in hidden.output and "8 copies" in hidden.output

@@ -18,6 +18,14 @@ def prepare(
     config: Path = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout."),
+    show_removed: int = typer.Option(
+        3,
+        "--show-removed",
+        metavar="N",
+        min=0,
+        max=20,
+        help="Show N of the pairs each data.filters rule removed, per corpus (up to 20; 0: counts only).",
+    ),
 ) -> None:
     """Prepare a config's training data once, so that every later `attn train` (and every torchrun
     process) opens it memory-mapped instead of reading and tokenizing the corpus again.
@@ -29,18 +37,20 @@ def prepare(
 
       attn prepare --config en-zh.yaml
 
+      attn prepare --config noisy.yaml --show-removed 10
+
       attn prepare --config big.yaml --set data.cache_dir=/shared/attn-data
 
       attn train --config big.yaml --set data.cache_dir=/shared/attn-data
     """
     # sentencepiece, numpy and the corpus readers: imported when run, not for --help
-    from attn_cli.data.prepare import tokenizers_and_data
+    from attn_cli.data.prepare import removed_examples, tokenizers_and_data
     from attn_cli.training.guards import run_directory_lock
 
     cfg = load_config(config, set_ or [])
     started = time.perf_counter()
     with run_directory_lock(RunPaths.of(cfg.run_dir)):  # never under a training run's feet
-        _, prepared = tokenizers_and_data(cfg, stderr.print)
+        _, prepared = tokenizers_and_data(cfg, stderr.print, shown_removed=show_removed)
     stats = dict(prepared.stats, directory=str(prepared.directory), seconds=round(time.perf_counter() - started, 1))
     if as_json:
         print(json.dumps(stats, indent=1))
@@ -53,10 +63,12 @@ def prepare(
         f"validation {stats['valid_pairs']:,}, test {stats['test_pairs']:,}"
     )
     tell(f"  malformed lines skipped: {skipped}")
-    removed = stats.get("removed_by_filters")
-    if removed is not None:
-        each = ", ".join(f"{count:,} {rule}" for rule, count in removed.items()) or "none"
-        tell(f"  removed by data.filters: {each} (of {stats['corpus_pairs_read']:,} pairs read)")
+    for corpus in stats["corpora"]:
+        each = ", ".join(f"{count:,} {rule}" for rule, count in corpus["removed_by_filters"].items()) or "none"
+        name = f" from {corpus['name']}" if len(stats["corpora"]) > 1 else ""
+        tell(f"  removed by data.filters{name}: {each} (of {corpus['pairs_read']:,} pairs read)")
+        for line in removed_examples(corpus["removed_examples"], show_removed):
+            tell(f"  {line}")
     for side in ("source", "target"):
         tokens = stats[f"{side}_tokens"]
         if tokens["total"]:

@@ -21,6 +21,14 @@ def train(
         "--resume",
         help="Continue the run exactly where RUN/checkpoints/last.pt left off; --set may extend train.max_steps.",
     ),
+    show_removed: int = typer.Option(
+        3,
+        "--show-removed",
+        metavar="N",
+        min=0,
+        max=20,
+        help="Show N of the pairs each data.filters rule removes, when the data is prepared (up to 20).",
+    ),
     list_configs: bool = typer.Option(
         False,
         "--list-configs",
@@ -54,7 +62,7 @@ def train(
 
     cfg = load_config(config, set_ or [])
     try:
-        result = run_training(cfg, TrainingDisplay(stderr), resume=resume)
+        result = run_training(cfg, TrainingDisplay(stderr, shown_removed=show_removed), resume=resume)
     except KeyboardInterrupt as stop:
         if not is_main_process():
             raise SystemExit(2) from None  # rank 0 says where the checkpoint is, once rank 0 has written it

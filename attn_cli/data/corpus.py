@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import lzma
+import math
 import zipfile
 from collections import Counter
 from contextlib import contextmanager
@@ -170,15 +171,27 @@ def iter_numbered_corpus(
 ) -> Iterator[tuple[int, Pair]]:
     """`iter_corpus`, each pair with the 1-based line it was read from (the row + 1 of a dataset),
     so that a report about a pair can point at it in the file."""
+    return ((line, pair) for line, pair, _ in iter_scored_corpus(cfg, strict, report, config_key, languages))
+
+
+def iter_scored_corpus(
+    cfg: CorpusConfig,
+    strict: bool = False,
+    report: Optional[ReadReport] = None,
+    config_key: str = "data.corpus",
+    languages: Languages = None,
+) -> Iterator[tuple[int, Pair, Optional[float]]]:
+    """`iter_numbered_corpus`, each pair with its score: the number in the corpus's score_column
+    (tsv) or score_field (jsonl), such as a Bicleaner or OpusFilter score; None without one."""
     readers = {"tsv": _read_tsv, "jsonl": _read_jsonl, "text": _read_text, "tmx": _read_tmx, "hf": _read_hf}
     if cfg.format not in readers:
         raise DataError(f"{config_key}.format: {cfg.format!r} is not one of {', '.join(map(repr, readers))}")
     skipper = _Skipper(strict, report, cfg, config_key)
-    for line, pair in readers[cfg.format](cfg, skipper, config_key, languages or ("en", "zh")):
+    for line, pair, score in readers[cfg.format](cfg, skipper, config_key, languages or ("en", "zh")):
         skipper.keep()
         if report is not None:
             report.read += 1
-        yield line, pair
+        yield line, pair, score
     skipper.check_first_lines(at_end=True)
 
 
@@ -327,8 +340,11 @@ def _decoded_lines(
         yield number, line
 
 
-def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
-    needed = max(cfg.src_column, cfg.tgt_column) + 1
+Scored = Iterator[tuple[int, Pair, Optional[float]]]  # (line, pair, score) from a reader
+
+
+def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Scored:
+    needed = max(cfg.src_column, cfg.tgt_column, -1 if cfg.score_column is None else cfg.score_column) + 1
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper, cfg.member):
         # A whitespace-only line is a blank line; one with a tab is a record with empty fields.
         if not line.strip() and "\t" not in line:
@@ -339,10 +355,23 @@ def _read_tsv(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[s
             continue
         src, tgt = fields[cfg.src_column].strip(), fields[cfg.tgt_column].strip()
         problem = _empty_side(src, tgt)
+        score, score_problem = (None, None) if cfg.score_column is None else _number(fields[cfg.score_column])
+        problem = problem or (score_problem and f"column {cfg.score_column} (score_column) {score_problem}")
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        yield number, (src, tgt)
+        yield number, (src, tgt), score
+
+
+def _number(value: Any) -> tuple[Optional[float], Optional[str]]:
+    """(a score, None), or (None, what is wrong with it)."""
+    if isinstance(value, bool):
+        return None, f"is {value!r}, not a number"
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        return None, f"is {value!r}, not a number"
+    return (number, None) if math.isfinite(number) else (None, f"is {value!r}, not a finite number")
 
 
 _MISSING = object()
@@ -383,9 +412,7 @@ def _not_encodable(src: str, tgt: str) -> Optional[str]:
     return None
 
 
-def _read_jsonl(
-    cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]
-) -> Iterator[tuple[int, Pair]]:
+def _read_jsonl(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Scored:
     for number, line in _decoded_lines(cfg.path, f"{key}.path", skipper, cfg.member):
         if not line.strip():
             continue
@@ -398,10 +425,15 @@ def _read_jsonl(
             skipper.skip(cfg.path, number, f"expected a JSON object, found {type(record).__name__}")
             continue
         pair, problem = _pair_from_record(record, cfg.src_field, cfg.tgt_field)
+        score = None
+        if not problem and cfg.score_field is not None:
+            value = record.get(cfg.score_field, _MISSING)
+            score, score_problem = (None, f"missing field {cfg.score_field!r}") if value is _MISSING else _number(value)
+            problem = score_problem and f"field {cfg.score_field!r} (score_field) {score_problem}"
         if problem:
             skipper.skip(cfg.path, number, problem)
             continue
-        yield number, pair
+        yield number, pair, score
 
 
 def _aligned_lines(cfg: CorpusConfig, key: str, languages: tuple[str, str]) -> Iterator[tuple[bytes, bytes]]:
@@ -422,9 +454,7 @@ def _aligned_lines(cfg: CorpusConfig, key: str, languages: tuple[str, str]) -> I
         yield src_raw, tgt_raw
 
 
-def _read_text(
-    cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]
-) -> Iterator[tuple[int, Pair]]:
+def _read_text(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Scored:
     for number, (src_raw, tgt_raw) in enumerate(_aligned_lines(cfg, key, languages), start=1):
         src, tgt = _decode(src_raw), _decode(tgt_raw)
         if src is None or tgt is None:
@@ -436,10 +466,10 @@ def _read_text(
         if not src or not tgt:
             skipper.skip(cfg.src_path if not src else cfg.tgt_path, number, _empty_side(src, tgt))
             continue
-        yield number, (src, tgt)
+        yield number, (src, tgt), None
 
 
-def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
+def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Scored:
     """A TMX file's translation units, read as a stream (each unit cleared once read): the `seg` of
     the variant whose xml:lang (or lang) has the source language's primary subtag, and the target's.
     Inline markup (bpt, ept, ph, it) is left out of the text; what it encloses (hi, sub) is kept."""
@@ -470,7 +500,7 @@ def _read_tmx(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[s
                 if problem:
                     skipper.skip(cfg.path, unit, problem)
                     continue
-                yield unit, (src, tgt)
+                yield unit, (src, tgt), None
     except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as error:
         raise DataError(f"cannot read {cfg.path} ({key}.path): {error}") from None
     except ParseError as error:
@@ -497,7 +527,7 @@ def _segment_text(segment) -> str:
 _HF_ROWS_AT_A_TIME = 10_000
 
 
-def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Iterator[tuple[int, Pair]]:
+def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[str, str]) -> Scored:
     dataset = _open_hf_dataset(cfg, key)
     source = f"hf:{cfg.path or cfg.hf_name}"
     src_top = _hf_column(dataset, cfg.src_field, source, f"{key}.src_field")
@@ -513,7 +543,7 @@ def _read_hf(cfg: CorpusConfig, skipper: _Skipper, key: str, languages: tuple[st
             if problem:
                 skipper.skip(source, row, problem)
                 continue
-            yield row, pair
+            yield row, pair, None
 
 
 def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:

@@ -56,7 +56,7 @@ _SPACES = re.compile(r"\s+")
 class Removals:
     """What the rules dropped from a corpus: a count per rule, and the first few pairs with their line."""
 
-    kept_examples: int = 3
+    kept_examples: int = 20  # what `--show-removed N` can show; the log shows 3
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[tuple[int, Optional[Pair]]]] = field(default_factory=dict)  # (line, pair or None)
 

@@ -38,8 +38,14 @@ T = TypeVar("T")
 _ENCODE_CHUNK = 20_000
 
 
-def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = None) -> CorpusSplit:
-    """The corpus split three ways, read as a stream (attn_cli/data/split.py)."""
+SHOWN_REMOVED = 3  # pairs shown per filter rule, unless --show-removed says otherwise
+
+
+def read_split(
+    cfg: Config, log: Log = print, report: Optional[ReadReport] = None, shown_removed: int = SHOWN_REMOVED
+) -> CorpusSplit:
+    """The corpus split three ways, read as a stream (attn_cli/data/split.py); the log gets what
+    was skipped and removed, with `shown_removed` of the pairs each filter rule removed."""
     report = report if report is not None else ReadReport()
     split = split_corpus(cfg.data, report, StageProgress(log).track)
     if report.skipped_count:
@@ -51,11 +57,8 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
             log(f"{name}{found.removals.summary(found.read)}")
         elif several:
             log(f"{name}{found.read:,} pairs read")
-        for rule, examples in found.removals.examples.items():
-            shown = "; ".join(
-                f"line {line}" + (f": {pair[0]!r} → {pair[1]!r}" if pair else "") for line, pair in examples
-            )
-            log(f"  {rule}, e.g. {shown}")
+        for line in removed_examples(removed_example_rows(found.removals), shown_removed):
+            log(line)
     log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
     if several and not (cfg.data.valid_corpus and cfg.data.test_corpus):
         log(f"validation and test pairs drawn from: {', '.join(split_sources(cfg))}")
@@ -63,6 +66,27 @@ def read_split(cfg: Config, log: Log = print, report: Optional[ReadReport] = Non
     if disagreeing:
         log(f"warning: {disagreeing}")
     return split
+
+
+def removed_example_rows(removals) -> dict[str, list[list]]:
+    """The pairs each rule removed, as the prepared data's statistics keep them: [line, source,
+    target], or [line] for a rule across pairs (duplicates, held out), which keeps no text."""
+    return {
+        rule: [[line, *pair] if pair else [line] for line, pair in examples]
+        for rule, examples in removals.examples.items()
+    }
+
+
+def removed_examples(rows: dict[str, list[list]], shown: int) -> list[str]:
+    """Log lines showing up to `shown` removed pairs per rule."""
+    lines = []
+    for rule, examples in rows.items():
+        if shown > 0 and examples:
+            each = "; ".join(
+                f"line {row[0]}" + (f": {row[1]!r} → {row[2]!r}" if len(row) == 3 else "") for row in examples[:shown]
+            )
+            lines.append(f"  {rule}, e.g. {each}")
+    return lines
 
 
 def split_sources(cfg: Config) -> list[str]:
@@ -96,16 +120,16 @@ def saved_tokenizers(cfg: Config, log: Log = print) -> Tokenizers | None:
 
 
 def tokenizers_and_data(
-    cfg: Config, log: Log = print, tokenizers: Tokenizers | None = None
+    cfg: Config, log: Log = print, tokenizers: Tokenizers | None = None, shown_removed: int = SHOWN_REMOVED
 ) -> tuple[Tokenizers, PreparedData]:
     """The tokenizers (`tokenizers`, else the run's saved ones, else trained on the corpus) and the
     prepared data: the data stage of `attn train` and `attn prepare`."""
     tokenizers = tokenizers if tokenizers is not None else saved_tokenizers(cfg, log)
     split, report = None, ReadReport()
     if tokenizers is None:
-        split = read_split(cfg, log, report)
+        split = read_split(cfg, log, report, shown_removed)
         tokenizers = train_or_load_tokenizers(cfg, split, log)
-    return tokenizers, prepare_data(cfg, tokenizers, log, split, report)
+    return tokenizers, prepare_data(cfg, tokenizers, log, split, report, shown_removed)
 
 
 def prepare_data(
@@ -114,6 +138,7 @@ def prepare_data(
     log: Log = print,
     split: CorpusSplit | None = None,
     report: ReadReport | None = None,
+    shown_removed: int = SHOWN_REMOVED,
 ) -> PreparedData:
     """The prepared training data for this config and tokenizer: opened when an earlier start
     prepared it, else read (unless `split` is given, with the `report` of its reading), tokenized,
@@ -125,7 +150,7 @@ def prepare_data(
         log(f"data: reusing {prepared.directory} ({_describe(prepared.stats)})")
     else:
         report = report if report is not None else ReadReport()
-        split = split if split is not None else read_split(cfg, log, report)
+        split = split if split is not None else read_split(cfg, log, report, shown_removed)
 
         def write_train(writer: TokenizedPairsWriter) -> dict:
             pairs = StageProgress(log).track(
@@ -141,6 +166,7 @@ def prepare_data(
                     "name": found.corpus.label,
                     "pairs_read": found.read,
                     "removed_by_filters": dict(found.removals.counts),
+                    "removed_examples": removed_example_rows(found.removals),
                     "training_pairs_read": read,
                     "training_pairs": count,
                 }

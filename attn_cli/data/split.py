@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 import numpy as np
 
 from attn_cli.config import DataConfig, TrainingCorpus
-from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_numbered_corpus, read_corpus
+from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_scored_corpus, read_corpus
 from attn_cli.data.filters import PairRules, Removals
 
 T = TypeVar("T")
@@ -78,16 +78,17 @@ def corpus_stream(
     strict: bool = False,
     report: Optional[ReadReport] = None,
     reads: Optional[list[CorpusRead]] = None,
-) -> Iterator[tuple[int, int, Pair]]:
-    """(corpus, line, pair) for each pair read from the training corpora, one corpus after the
-    other; `reads`, when given, gets each corpus's place in the stream."""
+) -> Iterator[tuple[int, int, Pair, Optional[float]]]:
+    """(corpus, line, pair, score) for each pair read from the training corpora, one corpus after
+    the other (the score None for a corpus without scores); `reads`, when given, gets each
+    corpus's place in the stream."""
     position = 0
     for index, corpus in enumerate(data.training_corpora):
         key = corpus_key(data, index)
         found = CorpusRead(corpus, key, start=position)
-        for line, pair in iter_numbered_corpus(corpus, strict, report, key, data.languages):
+        for line, pair, score in iter_scored_corpus(corpus, strict, report, key, data.languages):
             position += 1
-            yield index, line, pair
+            yield index, line, pair, score
         found.end = position
         found.read = found.end - found.start
         if reads is not None:
@@ -132,7 +133,7 @@ class CorpusSplit:
 
     def _roles_and_pairs(self) -> Iterator[tuple[int, int, Pair]]:
         roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
-        stream = ((corpus, pair) for corpus, _, pair in corpus_stream(self.data))
+        stream = ((corpus, pair) for corpus, _, pair, _ in corpus_stream(self.data))
         for role, item in itertools.zip_longest(roles, stream):
             if role is None or item is None:  # the roles were planned for another version of the file
                 names = ", ".join(found.key for found in self.reads) or "data.corpus"
@@ -159,8 +160,11 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     stream = corpus_stream(data, data.strict, report, reads)
     what = "reading data.corpus" if not data.corpora else f"reading {len(data.corpora)} corpora"
     # The rules on one pair are applied here, once: later passes read the roles they left.
-    for corpus, line, pair in track(stream, what, None):
+    least = [corpus.min_score for corpus in data.training_corpora]
+    for corpus, line, pair, score in track(stream, what, None):
         broken = rules.first_broken(*pair) if rules.rules else None
+        if broken is None and least[corpus] is not None and score < least[corpus]:
+            broken = "score"
         if broken is not None:
             removals[corpus].add(broken, line, pair)
         kept.append(broken is None)

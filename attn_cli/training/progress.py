@@ -56,9 +56,10 @@ class TrainingStatus:
 class TrainingDisplay:
     """Use as a context manager; `update` at every log step, `log` for lasting messages."""
 
-    def __init__(self, console: Optional[Console] = None, quiet: bool = False):
+    def __init__(self, console: Optional[Console] = None, quiet: bool = False, shown_removed: int = 3):
         self.console = console or Console(stderr=True, soft_wrap=True)
         self.quiet = quiet
+        self.shown_removed = shown_removed  # pairs shown per data.filters rule when the data is prepared
         self._live: Optional[Live] = None
         self._last_plain = 0.0
 

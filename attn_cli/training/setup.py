@@ -251,7 +251,7 @@ def _data_and_tokenizers(
         return open_data(cfg, tokenizers), tokenizers
     if isinstance(earlier, StartingPoint):
         given.save(RunPaths.of(cfg.run_dir).tokenizer_dir)  # the run's own, as if trained here: never retrained
-    tokenizers, prepared = tokenizers_and_data(cfg, display.log, given)
+    tokenizers, prepared = tokenizers_and_data(cfg, display.log, given, display.shown_removed)
     ranks.from_main(tokenizers.to_state())
     return prepared, tokenizers
 
