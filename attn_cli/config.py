@@ -147,6 +147,9 @@ class CorpusConfig:
     hf_split: str = "train"
     hf_data_files: Union[str, tuple[str, ...], None] = None  # one file, or a list of files
     hf_revision: Optional[str] = None  # a branch, tag or commit of the dataset's repository
+    # Read the rows as they arrive instead of downloading and converting the whole dataset first
+    # (each pass over the corpus reads it again); for datasets on the hub or data files.
+    hf_streaming: bool = False
     # In a .zip: the member to read (tsv, jsonl, tmx); format text takes the members of src_path and
     # tgt_path that end in .SRC_LANG and .TGT_LANG, as OPUS's Moses downloads name them.
     member: Optional[str] = None
@@ -180,6 +183,12 @@ class CorpusConfig:
                 path,
                 "format 'hf' needs hf_name (a hub dataset or a builder like 'json') "
                 "or path (a dataset saved with save_to_disk)",
+            )
+        if self.hf_streaming and (self.format != "hf" or self.path):
+            _fail(
+                f"{path}.hf_streaming",
+                "streams a dataset named by hf_name (format: hf); a dataset saved with save_to_disk is read "
+                "from its files already",
             )
         if self.format == "tsv":
             for key in ("src_column", "tgt_column"):

@@ -256,6 +256,19 @@ def test_hf_data_files_may_be_a_list(tmp_path: Path, hf_cache: None) -> None:
     assert read_corpus(hf) == JSONL_PAIRS * 2
 
 
+def test_a_streamed_dataset_reads_as_the_downloaded_one_without_writing_its_arrow_copy(
+    tmp_path: Path, hf_cache: None
+) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", JSONL_RECORDS)
+    fields = dict(src_field="translation.en", tgt_field="translation.zh")
+    streamed = CorpusConfig(format="hf", hf_name="json", hf_data_files=path, hf_streaming=True, **fields)
+    assert read_corpus(streamed) == JSONL_PAIRS
+    cache = tmp_path / "hf-cache"
+    assert not cache.exists() or not list(cache.rglob("*.arrow"))  # nothing was converted and stored
+    assert read_corpus(CorpusConfig(format="hf", hf_name="json", hf_data_files=path, **fields)) == JSONL_PAIRS
+    assert list(cache.rglob("*.arrow"))  # while a download is stored whole first
+
+
 def test_a_script_based_dataset_is_refused_in_one_line_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     import datasets
 

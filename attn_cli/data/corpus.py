@@ -572,7 +572,8 @@ def _open_hf_dataset(cfg: CorpusConfig, key: str) -> Any:
             loaded = loaded[cfg.hf_split]
         return loaded
     files = list(cfg.hf_data_files) if isinstance(cfg.hf_data_files, tuple) else cfg.hf_data_files
-    extra = {name: value for name, value in (("data_files", files), ("revision", cfg.hf_revision)) if value}
+    given = (("data_files", files), ("revision", cfg.hf_revision), ("streaming", cfg.hf_streaming))
+    extra = {name: value for name, value in given if value}
     try:
         return datasets.load_dataset(cfg.hf_name, cfg.hf_config, split=cfg.hf_split, **extra)
     except (OSError, ValueError) as error:  # not found, not reachable (no network), or not readable
@@ -597,7 +598,7 @@ def _first_line(error: Exception) -> str:
 def _hf_column(dataset: Any, dotted: str, source: str, key: str) -> str:
     """The top-level column that `dotted` starts in; a missing column is a config error, not a bad row."""
     top = dotted.split(".")[0]
-    if top not in dataset.column_names:
+    if dataset.column_names is not None and top not in dataset.column_names:  # None: a stream not yet read
         raise DataError(
             f"{source}: no column {top!r} for {key}={dotted!r} (available columns: {', '.join(dataset.column_names)})"
         )
