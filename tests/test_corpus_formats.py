@@ -1,5 +1,6 @@
 """The formats real data comes in: compression recognised by its first bytes (zstd among them), an
-OPUS Moses .zip, TMX; and the errors that say what went wrong before a file is skipped line by line."""
+OPUS Moses .zip, TMX, a Hugging Face dataset, each trained on by `attn train`; and the errors that
+say what went wrong before a file is skipped line by line."""
 
 import gzip
 import zipfile
@@ -119,13 +120,19 @@ def test_too_few_pairs_says_which_lines_were_skipped_and_why(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["opus-zip", "tmx", "zst"])
+@pytest.mark.parametrize("kind", ["opus-zip", "tmx", "zst", "hf"])
 def test_attn_train_trains_on_each_format(tmp_path, kind):
     if kind == "opus-zip":
         archive = _opus_zip(tmp_path / "en-zh.txt.zip")
         settings = ["data.corpus.format=text", f"data.corpus.src_path={archive}", f"data.corpus.tgt_path={archive}"]
     elif kind == "tmx":
         settings = ["data.corpus.format=tmx", f"data.corpus.path={_tmx(tmp_path / 'c.tmx', PAIRS)}"]
+    elif kind == "hf":
+        datasets = pytest.importorskip("datasets")
+        saved = tmp_path / "dataset"
+        datasets.Dataset.from_dict({"translation": [{"en": s, "zh": t} for s, t in PAIRS]}).save_to_disk(str(saved))
+        settings = ["data.corpus.format=hf", f"data.corpus.path={saved}"]
+        settings += ["data.corpus.src_field=translation.en", "data.corpus.tgt_field=translation.zh"]
     else:
         zstandard = pytest.importorskip("zstandard")
         zst = tmp_path / "c.tsv.zst"
