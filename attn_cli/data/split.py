@@ -189,7 +189,9 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     if data.max_pairs is not None and data.max_pairs < int((roles == TRAIN).sum()):
         kept = np.flatnonzero(roles == TRAIN)
         roles[:] = UNUSED
-        roles[sorted(random.Random(data.split_seed).sample(kept.tolist(), data.max_pairs))] = TRAIN
+        # Positions into `kept` drawn as random.sample draws from it, without a list of its values.
+        chosen = random.Random(data.split_seed).sample(range(len(kept)), data.max_pairs)
+        roles[np.sort(kept[np.asarray(chosen, dtype=np.int64)])] = TRAIN
     if valid is not None and test is not None:
         return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), reads, _lines(lines))
 
@@ -282,9 +284,11 @@ def assign_sides(keys: np.ndarray, valid_size: int, test_size: int, seed: int) -
     appearance[np.argsort(first, kind="stable")] = np.arange(len(first))
     group = appearance[inverse.reshape(-1)]  # (pairs,) group number in order of first appearance
     sizes = np.bincount(group, minlength=len(first))
-    shuffled = list(range(len(first)))
-    random.Random(seed).shuffle(shuffled)  # the permutation depends only on the number of groups and the seed
-    shuffled = np.asarray(shuffled, dtype=np.int64)
+    # The permutation depends only on the number of groups and the seed. random.shuffle takes any
+    # mutable sequence: an array of 8-byte numbers, not a list of Python ints (36 bytes each).
+    order = array("q", range(len(first)))
+    random.Random(seed).shuffle(order)
+    shuffled = np.frombuffer(order, dtype=np.int64)
     filled = np.cumsum(sizes[shuffled])  # pairs in the first k + 1 shuffled groups
     test_groups = _groups_until(filled, 0, test_size)
     before_valid = int(filled[test_groups - 1]) if test_groups else 0
