@@ -106,6 +106,17 @@ def test_a_tagged_corpus_trains_weighted_epochs_and_a_typed_tag_encodes_alike(co
     assert tokenizers.tags == ("<dom>",)
     assert tokenizers.encode_sources(["<dom> I like tea."]) == [[tag_id, *tokenizers.source.encode(["I like tea."])[0]]]
     assert tokenizers.encode_sources(["<dom>x"])[0][0] != tag_id  # a tag is a word of its own
+    # Translation reads a typed tag the same way: the part decoded holds the ids training saw.
+    from support.decoding import engine_of, sources_of
+
+    from attn_cli.config import DecodeConfig
+    from attn_cli.decoding.parts import split_sources
+
+    engine = engine_of(loaded.model, tokenizers)
+    parts = split_sources(engine, sources_of(["<dom> I like tea.", "I like tea."]), DecodeConfig(split_clauses=False))
+    assert [list(found.parts[0].ids) for found in parts] == tokenizers.encode_sources(
+        ["<dom> I like tea.", "I like tea."]
+    )
 
     entry = next(path for path in (run / "data" / "prepared").iterdir() if path.is_dir())
     prepared = open_prepared(entry.parent, entry.name)

@@ -184,15 +184,19 @@ class Tokenizers:
         return [] if self.source_prefix is None else [self.source.piece_to_id(self.source_prefix)]
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids without EOS (the batcher adds it), the source prefix first when there is one,
-        then the tag a text begins with ("<bt> Hello."), when it begins with one of `tags`."""
+        """Source ids without EOS (the batcher adds it): each text's lead (`source_lead`), then its
+        tokens; an empty text stays empty: there is nothing to translate."""
         if not self.tags:
             return self.prefixed(self.source.encode(texts))
-        tagged = [self.split_tag(text) for text in texts]
-        rows = self.source.encode([rest for _, rest in tagged])
-        return self.prefixed(
-            [[self.source.piece_to_id(tag), *row] if tag and row else row for (tag, _), row in zip(tagged, rows)]
-        )
+        leads = [self.source_lead(text) for text in texts]
+        rows = self.source.encode([rest for _, rest in leads])
+        return [[*lead, *row] if row else row for (lead, _), row in zip(leads, rows)]
+
+    def source_lead(self, text: str) -> tuple[list[int], str]:
+        """The ids put before a source's tokens (the source prefix, then the tag the text begins
+        with, "<bt> Hello."), and the rest of the text to tokenize."""
+        tag, rest = self.split_tag(text)
+        return [*self.prefix_ids, *([self.source.piece_to_id(tag)] if tag else [])], rest
 
     def decode_sources(self, rows: Sequence[Sequence[int]]) -> list[str]:
         """The texts of source ids as `encode_sources` takes them: the source prefix left out (it

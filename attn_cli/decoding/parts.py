@@ -32,14 +32,15 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
     """Each source as the parts `engine` decodes. A UserError names a prefix too long to output."""
     tokenizers = engine.tokenizers
     prefixes = encode_prefixes([source.prefix for source in sources], tokenizers.target, engine.max_target_tokens)
-    plain = tokenizers.source.encode([source.text.strip() for source in sources])
-    # A long input is cut without its source prefix, and every part gets the prefix: a multi-target
-    # model needs it at the start of each source it translates.
-    room = engine.max_source_tokens - len(tokenizers.prefix_ids)
+    # A long input is cut without its lead (the source prefix, a corpus tag typed before it), and
+    # every part gets the lead: a multi-target model needs its prefix at the start of each source.
+    leads = [tokenizers.source_lead(source.text.strip()) for source in sources]
+    plain = tokenizers.source.encode([rest for _, rest in leads])
     language = engine.config.data.src_lang
     longest_clause = engine.lengths.longest_usual_source if options.split_clauses and engine.lengths else None
     found = []
-    for source, ids, prefix in zip(sources, plain, prefixes):
+    for source, (lead, _), ids, prefix in zip(sources, leads, plain, prefixes):
+        room = engine.max_source_tokens - len(lead)
         pieces = fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece)
         fitted = len(pieces)
         if longest_clause is not None:
@@ -50,15 +51,16 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
             ]
         whole = len(pieces) == 1 and len(pieces[0]) == len(ids)
         parts = []
-        for number, (piece, prefixed) in enumerate(zip(pieces, tokenizers.prefixed(pieces))):
-            if not prefixed:  # an empty line: nothing to decode
+        for number, piece in enumerate(pieces):
+            if not piece:  # an empty line: nothing to decode
                 continue
+            prefixed = [*lead, *piece]
             terms: tuple = ()
             if source.terms:
                 text = source.text if whole else tokenizers.source.decode([piece])[0]
                 terms = tuple(applicable_terms(text, source.terms, language))
             parts.append(Part(tuple(prefixed), tuple(prefix) if number == 0 else (), terms))
-        notes = _cut_notes(len(tokenizers.prefixed([ids])[0]), parts, fitted)
+        notes = _cut_notes(len(lead) + len(ids) if ids else 0, parts, fitted)
         found.append(SourceParts(source, tuple(parts), notes))
     return found
 
