@@ -19,7 +19,7 @@ from attn_cli.cli.app import app
 from attn_cli.cli.common import reports_user_errors
 
 HEAVY = ("torch", "sentencepiece", "sacrebleu", "datasets")
-COMMANDS = ("train", "tokenizer", "translate", "eval", "average", "doctor")
+COMMANDS = ("train", "tokenizer", "translate", "eval", "backtranslate", "average", "doctor")
 
 
 def _installed_version() -> str:

@@ -6,6 +6,7 @@ import typer
 
 from attn_cli import package_version
 from attn_cli.cli.average import average
+from attn_cli.cli.backtranslate import backtranslate
 from attn_cli.cli.common import reports_user_errors
 from attn_cli.cli.doctor import doctor
 from attn_cli.cli.eval import evaluate
@@ -53,6 +54,7 @@ for name, command in [
     ("tokenizer", tokenizer),
     ("translate", translate),
     ("eval", evaluate),
+    ("backtranslate", backtranslate),
     ("average", average),
     ("export", export),
     ("serve", serve),
