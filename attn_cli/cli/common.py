@@ -22,6 +22,14 @@ SetOption = typer.Option(None, "--set", help="Override a config value, e.g. --se
 RunOption = typer.Option(None, "--run", help="Run directory (default: runs/en-zh, the run_dir of en-zh.yaml).")
 CheckpointOption = typer.Option(None, "--checkpoint", help="Checkpoint file (default: RUN/checkpoints/best.pt).")
 DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N.")
+ShowRemovedOption = typer.Option(
+    3,
+    "--show-removed",
+    metavar="N",
+    min=0,
+    max=20,
+    help="Show N of the pairs each data.filters rule removes, per corpus (up to 20; 0: the counts alone).",
+)
 
 # Problems the user can fix: each message says what, where and how. Anything else is a bug and
 # keeps its traceback. The library's own (DataError, TokenizerError, CheckpointError,

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
+from attn_cli.cli.common import ConfigOption, SetOption, ShowRemovedOption, stderr, tell
 from attn_cli.config import load_config
 from attn_cli.paths import RunPaths
 
@@ -18,14 +18,7 @@ def prepare(
     config: Path = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout."),
-    show_removed: int = typer.Option(
-        3,
-        "--show-removed",
-        metavar="N",
-        min=0,
-        max=20,
-        help="Show N of the pairs each data.filters rule removed, per corpus (up to 20; 0: counts only).",
-    ),
+    show_removed: int = ShowRemovedOption,
 ) -> None:
     """Prepare a config's training data once, so that every later `attn train` (and every torchrun
     process) opens it memory-mapped instead of reading and tokenizing the corpus again.

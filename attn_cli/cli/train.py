@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from attn_cli.cli.common import ConfigOption, SetOption, stderr, tell
+from attn_cli.cli.common import ConfigOption, SetOption, ShowRemovedOption, stderr, tell
 from attn_cli.config import builtin_configs, load_config
 from attn_cli.errors import UserError
 from attn_cli.paths import RunPaths
@@ -21,14 +21,7 @@ def train(
         "--resume",
         help="Continue the run exactly where RUN/checkpoints/last.pt left off; --set may extend train.max_steps.",
     ),
-    show_removed: int = typer.Option(
-        3,
-        "--show-removed",
-        metavar="N",
-        min=0,
-        max=20,
-        help="Show N of the pairs each data.filters rule removes, when the data is prepared (up to 20).",
-    ),
+    show_removed: int = ShowRemovedOption,
     list_configs: bool = typer.Option(
         False,
         "--list-configs",
