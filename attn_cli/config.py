@@ -23,6 +23,8 @@ from typing import Any, Literal, NoReturn, Optional, Union
 
 import yaml
 
+from attn_cli.languages import Direction, primary_subtag, target_tag
+
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -215,6 +217,9 @@ class TrainingCorpus(CorpusConfig):
     weight: float = 1.0
     tag: Optional[str] = None  # a piece put before each of its sources, such as "<bt>"; a piece of its own
     split: bool = True  # validation and test pairs are carved off it too (unless given as their own corpora)
+    src_lang: Optional[str] = None  # its languages, when not data.src_lang and data.tgt_lang
+    tgt_lang: Optional[str] = None
+    reverse: bool = False  # also train the other direction on its pairs (en-zh pairs teach zh-en too)
 
     @property
     def label(self) -> str:
@@ -233,6 +238,33 @@ class TrainingCorpus(CorpusConfig):
                 f"epoch draws (0.5 = half of its pairs, 3 = three copies)",
             )
         _check_piece(f"{path}.tag", self.tag, "'<bt>'")
+        for key in ("src_lang", "tgt_lang"):
+            _check_language(f"{path}.{key}", getattr(self, key))
+
+
+@dataclass(frozen=True)
+class DirectedCorpus:
+    """A training corpus read in one direction: a corpus with `reverse: true` gives two, the second
+    with each pair's sides swapped. Weights, tags and the per-corpus counts of training are theirs."""
+
+    corpus: TrainingCorpus
+    index: int  # the corpus's place in data.training_corpora
+    direction: Direction
+    reversed: bool  # its pairs' sides swapped
+    label: str  # what logs and statistics call it
+
+    @property
+    def weight(self) -> float:
+        return self.corpus.weight
+
+    @property
+    def tag(self) -> Optional[str]:
+        return self.corpus.tag
+
+
+def _check_language(key: str, code: Optional[str]) -> None:
+    if code is not None and not re.fullmatch(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*", code):
+        _fail(key, f"{code!r} is not a language code; give one such as en, zh or zh-Hans")
 
 
 @dataclass(frozen=True)
@@ -283,8 +315,9 @@ class DataConfig:
     cache_dir: Optional[str] = None  # where the tokenized training data is kept; null: RUN/data/prepared
 
     @property
-    def languages(self) -> tuple[str, str]:
-        return self.src_lang, self.tgt_lang
+    def languages(self) -> Direction:
+        """The languages of data.corpus, and of a corpus of data.corpora that names none."""
+        return Direction(self.src_lang, self.tgt_lang)
 
     @property
     def training_corpora(self) -> tuple[TrainingCorpus, ...]:
@@ -294,6 +327,54 @@ class DataConfig:
         return (
             TrainingCorpus(**{item.name: getattr(self.corpus, item.name) for item in dataclasses.fields(CorpusConfig)}),
         )
+
+    def languages_of(self, corpus: CorpusConfig) -> Direction:
+        """A corpus's languages, as its pairs are written: its own src_lang and tgt_lang, else data's."""
+        return Direction(
+            getattr(corpus, "src_lang", None) or self.src_lang, getattr(corpus, "tgt_lang", None) or self.tgt_lang
+        )
+
+    @property
+    def directed_corpora(self) -> tuple[DirectedCorpus, ...]:
+        """The training corpora in each direction they are read: one per corpus, two for one with
+        `reverse: true` (the pairs as written, then swapped)."""
+        found = []
+        for index, corpus in enumerate(self.training_corpora):
+            languages = self.languages_of(corpus)
+            for reversed_ in (False, True) if corpus.reverse else (False,):
+                direction = languages.reversed if reversed_ else languages
+                label = f"{corpus.label} {direction}" if corpus.reverse else corpus.label
+                found.append(DirectedCorpus(corpus, index, direction, reversed_, label))
+        return tuple(found)
+
+    @property
+    def directions(self) -> tuple[Direction, ...]:
+        """Every direction the model learns, each once, in the order of the corpora."""
+        found = []
+        for corpus in self.training_corpora:
+            languages = self.languages_of(corpus)
+            found += [languages, languages.reversed] if corpus.reverse else [languages]
+        return tuple(dict.fromkeys(found))
+
+    def direction_into(self, target: Optional[str]) -> Direction:
+        """The direction a source asking for `target` is translated in: the model's direction into
+        that language (zh-Hans finds zh), or its first one when `target` is None. A language the
+        model does not write is refused, naming those it does."""
+        if target is None:
+            return self.directions[0]
+        for match in (lambda code: code == target, lambda code: primary_subtag(code) == primary_subtag(target)):
+            for direction in self.directions:
+                if match(direction.target):
+                    return direction
+        targets = ", ".join(dict.fromkeys(direction.target for direction in self.directions))
+        raise ConfigError(f"this model does not translate into {target!r}; it translates into {targets}", "target")
+
+    @property
+    def target_tags(self) -> dict[str, str]:
+        """The piece that asks for each target language ({"en": ">>en<<", "zh": ">>zh<<"}), put
+        before every source; none when the model has one target language."""
+        targets = list(dict.fromkeys(direction.target for direction in self.directions))
+        return {target: target_tag(target) for target in targets} if len(targets) > 1 else {}
 
     @property
     def weighted(self) -> bool:
@@ -664,6 +745,13 @@ class Config:
         self.model.validate("model")
         self.train.validate("train")
         self.decode.validate("decode")
+        if self.data.target_tags and self.tokenizer.source_prefix is not None:
+            _fail(
+                "tokenizer.source_prefix",
+                f"the corpora have {len(self.data.target_tags)} target languages, so each source gets its target's "
+                f"tag ({', '.join(self.data.target_tags.values())}); leave source_prefix out (it is one fixed tag, "
+                f"for a model imported with one)",
+            )
         if self.model.share_embeddings and not self.tokenizer.joint:
             _fail("model.share_embeddings", "true needs tokenizer.joint=true; set one of them differently")
         limit, longest = self.model.position_limit, max(self.longest_training_sides())
@@ -814,6 +902,7 @@ def _check_languages_given(values: dict, config: Config) -> None:
         corpus
         for corpus in config.data.training_corpora
         if not (corpus.format == "tsv" and (corpus.path or "").startswith(BUILTIN_PREFIX))
+        and not (corpus.src_lang and corpus.tgt_lang)
     ]
     if not others:
         return

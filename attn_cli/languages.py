@@ -11,10 +11,32 @@ languages of an exported Argos Translate package.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # ISO 639-1 codes of the languages written without spaces: Chinese, Japanese, Thai, Lao, Khmer,
 # Burmese, Tibetan.
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 _BLEU_TOKENIZERS = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+
+
+class Direction(NamedTuple):
+    """One way a model translates: from the source language into the target language."""
+
+    source: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.source}-{self.target}"  # en-zh: how files and logs name it
+
+    @property
+    def reversed(self) -> "Direction":
+        return Direction(self.target, self.source)
+
+
+def target_tag(code: str) -> str:
+    """The piece put before a source to ask a multi-target model for language `code`: the >>xx<<
+    convention of OPUS-MT and fairseq's multilingual models."""
+    return f">>{code}<<"
 
 
 def primary_subtag(code: str) -> str:

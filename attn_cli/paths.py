@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attn_cli.languages import Direction
+
 _STEP_CHECKPOINT = re.compile(r"step-(\d+)\.pt")
 
 
@@ -38,6 +40,13 @@ class RunPaths:
 
     def split_file(self, split: str, language: str) -> Path:
         return self.data_dir / f"{split}.{language}"
+
+    def held_out_files(self, split: str, direction: Direction, several: bool) -> tuple[Path, Path]:
+        """The source and reference files of a split ("valid", "test") in one direction: test.en and
+        test.zh; for a model of `several` directions, test.en-zh.en and test.en-zh.zh."""
+        if not several:
+            return self.split_file(split, direction.source), self.split_file(split, direction.target)
+        return tuple(self.data_dir / f"{split}.{direction}.{language}" for language in direction)
 
     def step_checkpoint(self, step: int) -> Path:
         return self.checkpoint_dir / f"step-{step:06d}.pt"  # zero-padded, so a listing sorts by step

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.models import random_examples
+from support.runs import one_way
 
 from attn_cli.config import CorpusConfig, DataConfig
 from attn_cli.data.batching import Example, filter_by_length, token_batches
@@ -323,7 +324,7 @@ def split_of(tmp_path: Path, pairs: list[tuple[str, str]], **data: object) -> tu
     path = tmp_path / f"corpus-{len(list(tmp_path.iterdir()))}.tsv"
     path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     split = split_corpus(DataConfig(corpus=tsv_cfg(str(path)), **data))
-    return list(split.train_pairs()), split.valid, split.test
+    return list(split.train_pairs()), one_way(split.valid), one_way(split.test)
 
 
 def in_memory_split(pairs: list[tuple[str, str]], valid_size: int, test_size: int, seed: int) -> tuple[list, list]:
@@ -395,7 +396,7 @@ def test_max_pairs_samples_the_whole_corpus(tmp_path: Path) -> None:
     path = length_sorted_tsv(tmp_path / "sorted.tsv", 200)
     cfg = DataConfig(corpus=tsv_cfg(path), max_pairs=50, valid_size=5, test_size=5, split_seed=2)
     split = split_corpus(cfg)
-    sampled = list(split.train_pairs()) + split.valid + split.test
+    sampled = list(split.train_pairs()) + one_way(split.valid) + one_way(split.test)
     assert len(sampled) == 50 and len(set(sampled)) == 50 and split.train_count == 40
     # A head slice would hold only the 50 shortest lines.
     assert max(len(tgt) for _, tgt in sampled) > 100
@@ -408,9 +409,13 @@ def test_given_valid_and_test_corpora_are_used(tmp_path: Path) -> None:
     valid = write_bytes(tmp_path / "valid.tsv", "V.\t五。\n".encode("utf-8"))
     test = write_bytes(tmp_path / "test.tsv", "T.\t题。\n".encode("utf-8"))
     both = split_corpus(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_corpus=tsv_cfg(test)))
-    assert len(list(both.train_pairs())) == 30 and both.valid == [("V.", "五。")] and both.test == [("T.", "题。")]
+    assert (
+        len(list(both.train_pairs())) == 30
+        and one_way(both.valid) == [("V.", "五。")]
+        and one_way(both.test) == [("T.", "题。")]
+    )
     only_valid = split_corpus(DataConfig(corpus=tsv_cfg(train), valid_corpus=tsv_cfg(valid), test_size=4))
-    assert only_valid.valid == [("V.", "五。")] and len(only_valid.test) == 4
+    assert one_way(only_valid.valid) == [("V.", "五。")] and len(one_way(only_valid.test)) == 4
     assert len(list(only_valid.train_pairs())) == only_valid.train_count == 26
 
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.runs import one_way
 
 from attn_cli.config import CorpusConfig, DataConfig, FiltersConfig
 from attn_cli.data.corpus import ReadReport
@@ -101,7 +102,7 @@ def test_max_pairs_samples_among_the_pairs_the_filters_keep(tmp_path):
         corpus=_corpus(tmp_path / "c.tsv", pairs), valid_size=2, test_size=2, max_pairs=30, filters=ALL_ON
     )
     split = split_corpus(data)
-    assert split.train_count + len(split.valid) + len(split.test) == 30
+    assert split.train_count + len(one_way(split.valid)) + len(one_way(split.test)) == 30
     assert NOISE["markup"] not in list(split.train_pairs())
 
 
@@ -131,7 +132,7 @@ def test_a_score_column_removes_the_pairs_below_min_score_and_refuses_a_score_th
     report = ReadReport()
     data = DataConfig(corpus=CorpusConfig(path=str(path), score_column=2, min_score=0.5), valid_size=2, test_size=2)
     split = split_corpus(data, report)
-    kept = set(list(split.train_pairs()) + split.valid + split.test)
+    kept = set(list(split.train_pairs()) + one_way(split.valid) + one_way(split.test))
     assert kept == {pair for i, pair in enumerate(clean) if i % 4 != 0 and i != 5}
     assert split.removals.counts == {"score": 10}
     assert report.reasons == {"column 2 (score_column) is 'high', not a number": 1}

@@ -99,6 +99,9 @@ def _graph(packages: bool = False) -> dict[str, dict[str, str]]:
     return {_module_name(path): _imports(path, packages) for path in PACKAGE.rglob("*.py")}
 
 
+LEAVES = ("attn_cli.errors", "attn_cli.languages")  # the foundation's own foundation: they import nothing of attn
+
+
 def test_each_layer_imports_only_the_layers_before_it():
     wrong = []
     for module, imported in _graph().items():
@@ -109,11 +112,13 @@ def test_each_layer_imports_only_the_layers_before_it():
             target_layer = _layer(target)
             if target_layer not in {layer, "foundation"} | ALLOWED[layer]:
                 wrong.append(f"{module} ({layer}) imports {target} ({target_layer})")
-            if layer == "foundation" and target_layer == "foundation" and target not in (module, "attn_cli.errors"):
+            if layer == "foundation" and target_layer == "foundation" and target not in (module, *LEAVES):
                 wrong.append(
                     f"{module} imports {target}: the foundation modules import nothing of attn "
-                    f"but errors, which imports nothing"
+                    f"but errors and languages, which import nothing"
                 )
+    for leaf in LEAVES:
+        assert not [target for target in _graph()[leaf] if target != leaf], f"{leaf} imports attn modules"
     assert not wrong, "\n".join(wrong)
 
 

@@ -94,8 +94,8 @@ def case_epoch(base, tokenizers: Tokenizers, settings: CasingSettings, seed: int
         targets = tokenizers.target.decode([base[p].tgt for p, _ in chunk])
         recased_sources = []
         for source, (_, recase) in zip(sources, chunk):
-            tag, text = tokenizers.split_tag(source)
-            recased_sources.append(f"{tag} {recase(text)}" if tag else recase(text))
+            tags, text = tokenizers.split_leading_tags(source)
+            recased_sources.append(f"{tags} {recase(text)}" if tags else recase(text))
         src_ids = tokenizers.encode_sources(recased_sources)
         tgt_ids = tokenizers.target.encode([recase(target) for target, (_, recase) in zip(targets, chunk)])
         fits = within_length_limits(

@@ -24,9 +24,10 @@ from typing import Any, Iterable, Iterator, Optional
 from attn_cli.config import CorpusConfig
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file, corpus_names
 from attn_cli.errors import UserError
-from attn_cli.languages import primary_subtag
+from attn_cli.languages import Direction, primary_subtag
 
 Pair = tuple[str, str]
+HeldOut = dict[Direction, list[Pair]]  # validation or test pairs, by the direction they are scored in
 Languages = Optional[tuple[str, str]]  # (source, target) language codes
 
 _UTF8_BOM = b"\xef\xbb\xbf"

@@ -15,7 +15,8 @@ resumed run, builds the same epoch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 
@@ -35,6 +36,9 @@ class JoinSettings:
     max_target_tokens: int
     source_separator: str
     target_separator: str
+    # A multi-target model's target languages: their separators (source, target), by target
+    # language; pairs are joined only with pairs of the same target language.
+    by_target: Optional[dict[str, tuple[str, str]]] = None
 
 
 def plan_groups(
@@ -97,7 +101,10 @@ def join_epoch(
 ) -> EpochPairs:
     """The examples of `epoch`: `base` with a `rate` share of its pairs joined, drawn from (seed, epoch)."""
     rng = np.random.default_rng([seed, epoch, _JOIN_STREAM])
-    groups = plan_groups(base.src_lengths, base.tgt_lengths, settings, rng)
+    groups: list[np.ndarray] = []
+    for positions, lane in _lanes(base, tokenizers, settings):
+        planned = plan_groups(base.src_lengths[positions], base.tgt_lengths[positions], lane, rng)
+        groups += [positions[group] for group in planned]
     alone = np.ones(len(base), dtype=bool)
     rows: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
     for start in range(0, len(groups), _CHUNK):  # a chunk's texts at a time, never the epoch's
@@ -120,19 +127,47 @@ def join_epoch(
     return EpochPairs(base, np.flatnonzero(alone), TokenizedPairs.from_rows(rows["src"], rows["tgt"]))
 
 
+def _lanes(base, tokenizers: Tokenizers, settings: JoinSettings) -> list[tuple[np.ndarray, JoinSettings]]:
+    """The positions of the pairs that may be joined together, with the settings that join them:
+    all pairs, or, for a multi-target model, the pairs of each target language (read from the
+    target tag each source begins with)."""
+    if not tokenizers.multi_target or not settings.by_target:
+        return [(np.arange(len(base), dtype=np.int64), settings)]
+    at = len(tokenizers.prefix_ids)  # the target tag follows the source prefix
+    tag_ids = np.array([row[at] if len(row) > at else -1 for row in (base[i].src for i in range(len(base)))])
+    lanes = []
+    for language, (source_separator, target_separator) in settings.by_target.items():
+        tag = tokenizers.source.piece_to_id(tokenizers.target_tags[language])
+        separators = replace(settings, source_separator=source_separator, target_separator=target_separator)
+        lanes.append((np.flatnonzero(tag_ids == tag), separators))
+    return lanes
+
+
+def _separators(tokenizers: Tokenizers, settings: JoinSettings, text: str) -> tuple[str, str]:
+    """How a joined pair beginning with the source `text` joins its sources and its targets."""
+    if tokenizers.multi_target and settings.by_target:
+        target_tag = tokenizers.split_leading_tags(text)[0].split(" ")[0]
+        for language, tag in tokenizers.target_tags.items():
+            if tag == target_tag and language in settings.by_target:
+                return settings.by_target[language]
+    return settings.source_separator, settings.target_separator
+
+
 def _joined_rows(
     base: TokenizedPairs, tokenizers: Tokenizers, settings: JoinSettings, groups: list[np.ndarray]
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The token ids of each group's pairs joined as text and tokenized again."""
     members = np.concatenate(groups)
-    # A joined source carries its first pair's tag (data.corpora), once, and the source prefix once.
+    # A joined source carries its first pair's tags (target language, data.corpora's), once, and
+    # the source prefix once.
     src_texts = tokenizers.decode_sources([base[int(p)].src for p in members])
     tgt_texts = tokenizers.target.decode([base[int(p)].tgt for p in members])
     sources, targets, start = [], [], 0
     for group in groups:
         end = start + len(group)
-        parts = [src_texts[start], *(tokenizers.split_tag(text)[1] for text in src_texts[start + 1 : end])]
-        sources.append(settings.source_separator.join(parts))
-        targets.append(settings.target_separator.join(tgt_texts[start:end]))
+        source_separator, target_separator = _separators(tokenizers, settings, src_texts[start])
+        parts = [src_texts[start], *(tokenizers.split_leading_tags(text)[1] for text in src_texts[start + 1 : end])]
+        sources.append(source_separator.join(parts))
+        targets.append(target_separator.join(tgt_texts[start:end]))
         start = end
     return tokenizers.encode_sources(sources), tokenizers.target.encode(targets)

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from attn_cli.config import Config, ConfigError
 from attn_cli.data.batching import Example, within_length_limits
-from attn_cli.data.corpus import Pair, ReadReport
+from attn_cli.data.corpus import HeldOut, Pair, ReadReport
 from attn_cli.data.filters import languages_disagree
 from attn_cli.data.prepared import (
     PreparedData,
@@ -59,13 +59,25 @@ def read_split(
             log(f"{name}{found.read:,} pairs read")
         for line in removed_examples(removed_example_rows(found.removals), shown_removed):
             log(line)
-    log(f"corpus: {split.train_count:,} training, {len(split.valid):,} validation, {len(split.test):,} test pairs")
+    log(f"corpus: {split.train_count:,} training, {held_out_counts(split.valid, split.test)}")
     if several and not (cfg.data.valid_corpus and cfg.data.test_corpus):
         log(f"validation and test pairs drawn from: {', '.join(split_sources(cfg))}")
-    disagreeing = languages_disagree([*split.valid, *split.test], cfg.data.languages)
-    if disagreeing:
-        log(f"warning: {disagreeing}")
+    for direction in split.valid.keys() | split.test.keys():
+        held_out = [*split.valid.get(direction, []), *split.test.get(direction, [])]
+        if disagreeing := languages_disagree(held_out, direction):
+            log(f"warning: {disagreeing}")
     return split
+
+
+def held_out_counts(valid: HeldOut, test: HeldOut) -> str:
+    """ "500 validation, 1,000 test pairs", by direction for a model of several."""
+    if len(valid.keys() | test.keys()) <= 1:
+        return f"{sum(map(len, valid.values())):,} validation, {sum(map(len, test.values())):,} test pairs"
+    each = [
+        f"{direction} {len(valid.get(direction, [])):,}/{len(test.get(direction, [])):,}"
+        for direction in dict.fromkeys([*valid, *test])
+    ]
+    return f"validation/test pairs {', '.join(each)}"
 
 
 def removed_example_rows(removals) -> dict[str, list[list]]:
@@ -95,12 +107,15 @@ def split_sources(cfg: Config) -> list[str]:
 
 
 def write_splits(cfg: Config, splits: CorpusSplit | PreparedData) -> None:
+    """The validation and test pairs as plain text in the run's data/, a file per side and
+    direction (RunPaths.held_out_files)."""
     paths = RunPaths.of(cfg.run_dir)
     paths.data_dir.mkdir(parents=True, exist_ok=True)
-    for name, pairs in (("valid", splits.valid), ("test", splits.test)):
-        for side, language in enumerate((cfg.data.src_lang, cfg.data.tgt_lang)):
-            text = "".join(pair[side].replace("\n", " ") + "\n" for pair in pairs)
-            write_whole(paths.split_file(name, language), text)
+    several = len(cfg.data.directions) > 1
+    for name, held_out in (("valid", splits.valid), ("test", splits.test)):
+        for direction, pairs in held_out.items():
+            for side, file in enumerate(paths.held_out_files(name, direction, several)):
+                write_whole(file, "".join(pair[side].replace("\n", " ") + "\n" for pair in pairs))
 
 
 def cache_dir(cfg: Config) -> Path:
@@ -153,31 +168,33 @@ def prepare_data(
         split = split if split is not None else read_split(cfg, log, report, shown_removed)
 
         def write_train(writer: TokenizedPairsWriter) -> dict:
+            directed_counts = split.directed_train_counts()
             pairs = StageProgress(log).track(
-                split.train_pairs_by_corpus(), "tokenizing the training pairs", split.train_count
+                split.directed_train_pairs(), "tokenizing the training pairs", sum(directed_counts)
             )
             kept_by_corpus = _tokenize_into(writer, pairs, tokenizers, cfg)
             kept = sum(kept_by_corpus)
-            dropped = split.train_count - kept
+            dropped = sum(directed_counts) - kept
             if dropped:
-                log(f"length filter: dropped {dropped:,} of {split.train_count:,} training pairs")
+                log(f"length filter: dropped {dropped:,} of {sum(directed_counts):,} training pairs")
             corpora = [
                 {
-                    "name": found.corpus.label,
-                    "pairs_read": found.read,
-                    "removed_by_filters": dict(found.removals.counts),
-                    "removed_examples": removed_example_rows(found.removals),
+                    "name": directed.label,
+                    "direction": str(directed.direction),
+                    "pairs_read": split.reads[directed.index].read,
+                    "removed_by_filters": dict(split.reads[directed.index].removals.counts),
+                    "removed_examples": removed_example_rows(split.reads[directed.index].removals),
                     "training_pairs_read": read,
                     "training_pairs": count,
                 }
-                for found, read, count in zip(split.reads, split.train_counts(), kept_by_corpus)
+                for directed, read, count in zip(cfg.data.directed_corpora, directed_counts, kept_by_corpus)
             ]
             return {
-                "training_pairs_read": split.train_count,
+                "training_pairs_read": sum(directed_counts),
                 "dropped_by_length": dropped,
                 "training_pairs": kept,
-                "valid_pairs": len(split.valid),
-                "test_pairs": len(split.test),
+                "valid_pairs": sum(map(len, split.valid.values())),
+                "test_pairs": sum(map(len, split.test.values())),
                 "skipped_lines": dict(report.reasons),
                 "corpus_pairs_read": split.read,
                 "removed_by_filters": dict(split.removals.counts),
@@ -196,13 +213,16 @@ def prepare_data(
 def _tokenize_into(
     writer: TokenizedPairsWriter, pairs: Iterable[tuple[int, Pair]], tokenizers: Tokenizers, cfg: Config
 ) -> list[int]:
-    """Tokenize (corpus, pair)s a chunk at a time, each source after its corpus's tag, and add those
-    within the length limits to `writer`; how many of each corpus were kept."""
-    tags = [corpus.tag for corpus in cfg.data.training_corpora]
-    kept = [0] * len(tags)
+    """Tokenize (directed corpus, pair)s a chunk at a time, each source after its target language's
+    tag (a multi-target model's) and its corpus's tag, and add those within the length limits to
+    `writer`; how many of each directed corpus were kept."""
+    directed = cfg.data.directed_corpora
+    target_tags = tokenizers.target_tags
+    leads = [" ".join(t for t in (target_tags.get(d.direction.target), d.tag) if t) for d in directed]
+    kept = [0] * len(directed)
     for chunk in _chunks(pairs, _ENCODE_CHUNK):
         sources = tokenizers.encode_sources(
-            [f"{tags[corpus]} {source}" if tags[corpus] else source for corpus, (source, _) in chunk]
+            [f"{leads[corpus]} {source}" if leads[corpus] else source for corpus, (source, _) in chunk]
         )
         targets = tokenizers.target.encode([target for _, (_, target) in chunk])
         keep = within_length_limits(
@@ -241,9 +261,10 @@ def _describe(stats: dict) -> str:
     )
 
 
-def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers) -> list[Example]:
-    """Token ids of each (source, target) pair, numbered in corpus order."""
-    sources = tokenizers.encode_sources([p[0] for p in pairs])
+def encode_pairs(pairs: list[Pair], tokenizers: Tokenizers, target: Optional[str] = None) -> list[Example]:
+    """Token ids of each (source, target) pair, numbered in corpus order; a multi-target model's
+    sources ask for `target`."""
+    sources = tokenizers.encode_sources([p[0] for p in pairs], target)
     targets = tokenizers.target.encode([p[1] for p in pairs])
     return [Example(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
 
@@ -257,11 +278,12 @@ def train_or_load_tokenizers(cfg: Config, split: CorpusSplit, log: Log = print, 
         _check_reused(tokenizers, cfg, directory)
         log(f"tokenizer: reusing {directory}")
         return tokenizers
+    directed_counts = split.directed_train_counts()
     pairs = StageProgress(log).track(
-        split.train_pairs_by_corpus(), "sampling pairs for the tokenizer", split.train_count
+        split.directed_train_pairs(), "sampling pairs for the tokenizer", sum(directed_counts)
     )
-    weights = [corpus.weight for corpus in cfg.data.training_corpora]
-    drawn = weighted_stream(pairs, split.train_counts(), weights, cfg.train.seed)
+    weights = [corpus.weight for corpus in cfg.data.directed_corpora]
+    drawn = weighted_stream(pairs, directed_counts, weights, cfg.train.seed)
     sample = reservoir_sample(drawn, cfg.tokenizer.max_training_sentences, seed=cfg.train.seed)
     kind = "joint" if cfg.tokenizer.joint else "separate"
     log(
@@ -269,7 +291,12 @@ def train_or_load_tokenizers(cfg: Config, split: CorpusSplit, log: Log = print, 
         f"vocabulary {cfg.tokenizer.vocab_size:,}, on {len(sample):,} training pairs"
     )
     tokenizers = train_tokenizers(
-        [p[0] for p in sample], [p[1] for p in sample], cfg.tokenizer, seed=cfg.train.seed, tags=cfg.data.tags
+        [p[0] for p in sample],
+        [p[1] for p in sample],
+        cfg.tokenizer,
+        seed=cfg.train.seed,
+        tags=cfg.data.tags,
+        target_tags=cfg.data.target_tags,
     )
     tokenizers.save(directory)
     log(f"tokenizer: saved to {directory}")
@@ -315,6 +342,14 @@ def _check_reused(tokenizers: Tokenizers, cfg: Config, directory) -> None:
 def _check_tags(tokenizers: Tokenizers, cfg: Config, whose: str) -> None:
     """Every tag of data.corpora is a piece of the tokenizer: spelled out in pieces, it would teach
     the model nothing of the corpus it marks."""
+    if tokenizers.target_tags != cfg.data.target_tags:
+        has = ", ".join(tokenizers.target_tags.values()) or "no target tags"
+        wants = ", ".join(cfg.data.target_tags.values()) or "none (one target language)"
+        raise ConfigError(
+            f"{whose} has {has}, but the corpora's directions ask for {wants}; run `attn tokenizer --retrain` "
+            f"with this config, or use another run_dir",
+            "data.corpora",
+        )
     missing = [tag for tag in cfg.data.tags if tag not in tokenizers.tags]
     if missing:
         raise ConfigError(

@@ -31,11 +31,14 @@ import numpy as np
 from attn_cli.config import CorpusConfig, DataConfig, config_to_dict
 from attn_cli.data.batching import Example
 from attn_cli.data.builtin_corpora import BUILTIN_PREFIX, corpus_file
-from attn_cli.data.corpus import Pair
+from attn_cli.data.corpus import HeldOut, Pair
 from attn_cli.data.tokenizer import Tokenizers
 from attn_cli.files import directory_built_whole, write_whole
+from attn_cli.languages import Direction
 
-FORMAT = 3  # 3: counts per corpus in the stats (2: training pairs in corpus order; 1: in split order)
+# 4: held-out pairs by direction; 3: counts per corpus in the stats (2: training pairs in corpus
+# order; 1: in split order)
+FORMAT = 4
 _ID_TYPE = np.dtype("<i4")  # token ids, little-endian whatever the machine
 _ID_BYTES = _ID_TYPE.itemsize
 _MANIFEST = "manifest.json"
@@ -135,14 +138,14 @@ class TokenizedPairsWriter:
 @dataclass
 class PreparedData:
     train: TokenizedPairs  # the training pairs the length filters kept
-    valid: list[Pair]
-    test: list[Pair]
+    valid: HeldOut
+    test: HeldOut
     stats: dict  # what preparing found: pairs read and skipped, dropped by the filters
     directory: Path
 
     @property
     def corpus_sizes(self) -> list[int]:
-        """The training pairs of each training corpus, stored one corpus after the other."""
+        """The training pairs of each directed corpus (data.directed_corpora), stored one after the other."""
         return [corpus["training_pairs"] for corpus in self.stats["corpora"]]
 
 
@@ -195,10 +198,11 @@ def open_prepared(cache_dir: Path, name: str, remove_damaged: bool = True) -> Op
         return None
     try:
         manifest = json.loads((directory / _MANIFEST).read_text(encoding="utf-8"))
+        directions = [Direction(*direction) for direction in manifest["held_out_directions"]]
         return PreparedData(
             TokenizedPairs.open(directory),
-            _read_pairs(directory, "valid"),
-            _read_pairs(directory, "test"),
+            {direction: _read_pairs(directory, f"valid.{direction}") for direction in directions},
+            {direction: _read_pairs(directory, f"test.{direction}") for direction in directions},
             manifest["stats"],
             directory,
         )
@@ -209,7 +213,7 @@ def open_prepared(cache_dir: Path, name: str, remove_damaged: bool = True) -> Op
 
 
 def save_prepared(
-    cache_dir: Path, name: str, write_train: Callable[[TokenizedPairsWriter], dict], valid: list[Pair], test: list[Pair]
+    cache_dir: Path, name: str, write_train: Callable[[TokenizedPairsWriter], dict], valid: HeldOut, test: HeldOut
 ) -> PreparedData:
     """Write the entry whole, into a temporary directory renamed into place, and open it.
     `write_train` adds the training pairs to the writer and returns the statistics of preparing;
@@ -225,10 +229,15 @@ def save_prepared(
             stats = dict(
                 stats, source_tokens=_length_stats(train.src_lengths), target_tokens=_length_stats(train.tgt_lengths)
             )
-            for split, pairs in (("valid", valid), ("test", test)):
-                for side in (0, 1):
-                    write_whole(building / f"{split}.{side}", "".join(p[side].replace("\n", " ") + "\n" for p in pairs))
-            write_whole(building / _MANIFEST, json.dumps({"format": FORMAT, "stats": stats}, indent=1) + "\n")
+            directions = list(dict.fromkeys([*valid, *test]))
+            for split, held_out in (("valid", valid), ("test", test)):
+                for direction in directions:
+                    pairs = held_out.get(direction, [])
+                    for side in (0, 1):
+                        text = "".join(p[side].replace("\n", " ") + "\n" for p in pairs)
+                        write_whole(building / f"{split}.{direction}.{side}", text)
+            manifest = {"format": FORMAT, "held_out_directions": directions, "stats": stats}
+            write_whole(building / _MANIFEST, json.dumps(manifest, indent=1) + "\n")
             del train  # unmapped before the directory is renamed
     except OSError:
         if open_prepared(cache_dir, name) is None:

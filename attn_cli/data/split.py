@@ -28,8 +28,9 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 import numpy as np
 
 from attn_cli.config import DataConfig, TrainingCorpus
-from attn_cli.data.corpus import DataError, Pair, ReadReport, iter_scored_corpus, read_corpus
+from attn_cli.data.corpus import DataError, HeldOut, Pair, ReadReport, iter_scored_corpus, read_corpus
 from attn_cli.data.filters import PairRules, Removals
+from attn_cli.languages import Direction
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ def corpus_stream(
     for index, corpus in enumerate(data.training_corpora):
         key = corpus_key(data, index)
         found = CorpusRead(corpus, key, start=position)
-        for line, pair, score in iter_scored_corpus(corpus, strict, report, key, data.languages):
+        for line, pair, score in iter_scored_corpus(corpus, strict, report, key, data.languages_of(corpus)):
             position += 1
             yield index, line, pair, score
         found.end = position
@@ -101,8 +102,8 @@ class CorpusSplit:
     training pairs read again from the corpora whenever they are needed."""
 
     data: DataConfig
-    valid: list[Pair]
-    test: list[Pair]
+    valid: HeldOut
+    test: HeldOut
     roles: np.ndarray  # uint8, one per pair read from the corpora: UNUSED (filtered out), TRAIN, VALID or TEST
     train_count: int
     reads: list[CorpusRead] = field(default_factory=list)  # one per training corpus, in order
@@ -131,10 +132,33 @@ class CorpusSplit:
         # Malformed lines were reported (or refused, in strict mode) by the first pass.
         return ((corpus, pair) for role, corpus, pair in self._roles_and_pairs() if role == TRAIN)
 
+    def directed_train_counts(self) -> list[int]:
+        """The training pairs of each directed corpus (data.directed_corpora)."""
+        counts = self.train_counts()
+        return [counts[directed.index] for directed in self.data.directed_corpora]
+
+    def directed_train_pairs(self) -> Iterator[tuple[int, Pair]]:
+        """(directed corpus, pair in its direction) for each training pair, in the order the
+        directed corpora are stored: corpus after corpus, a reversed one right after its own (read
+        again, in its own direction)."""
+        for number, directed in enumerate(self.data.directed_corpora):
+            for pair in self._corpus_train_pairs(directed.index):
+                yield number, (pair[1], pair[0]) if directed.reversed else pair
+
+    def _corpus_train_pairs(self, index: int) -> Iterator[Pair]:
+        found = self.reads[index]
+        roles = self.roles[found.start : found.end].tobytes()
+        languages = self.data.languages_of(found.corpus)
+        stream = ((index, pair) for _, pair, _ in iter_scored_corpus(found.corpus, False, None, found.key, languages))
+        return (pair for role, _, pair in self._checked(roles, stream) if role == TRAIN)
+
     def _roles_and_pairs(self) -> Iterator[tuple[int, int, Pair]]:
-        roles = self.roles.tobytes()  # iterating bytes gives small ints, fast
         stream = ((corpus, pair) for corpus, _, pair, _ in corpus_stream(self.data))
-        for role, item in itertools.zip_longest(roles, stream):
+        return self._checked(self.roles.tobytes(), stream)
+
+    def _checked(self, roles: bytes, stream: Iterable[tuple[int, Pair]]) -> Iterator[tuple[int, int, Pair]]:
+        """(role, corpus, pair) for the pairs of `stream`, read again, and the roles planned for them."""
+        for role, item in itertools.zip_longest(roles, stream):  # iterating bytes gives small ints, fast
             if role is None or item is None:  # the roles were planned for another version of the file
                 names = ", ".join(found.key for found in self.reads) or "data.corpus"
                 raise DataError(
@@ -154,14 +178,19 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     report = report if report is not None else ReadReport()
     reads: list[CorpusRead] = []
     keys, pairs, lines, kept = array("Q"), array("Q"), array("Q"), array("B")
+    target_keys = array("Q")  # for corpora read both ways: a held-out target is a source too
     by_pair = data.filters.duplicates == "pair"
-    rules = PairRules(data.filters, data.languages)
+    rules_of = {languages: PairRules(data.filters, languages) for languages in map(data.languages_of, data.corpora)}
+    rules_of.setdefault(data.languages, PairRules(data.filters, data.languages))
+    corpus_rules = [rules_of[data.languages_of(corpus)] for corpus in data.training_corpora]
     removals = [Removals() for _ in data.training_corpora]
+    reversible = any(corpus.reverse for corpus in data.training_corpora)
     stream = corpus_stream(data, data.strict, report, reads)
     what = "reading data.corpus" if not data.corpora else f"reading {len(data.corpora)} corpora"
     # The rules on one pair are applied here, once: later passes read the roles they left.
     least = [corpus.min_score for corpus in data.training_corpora]
     for corpus, line, pair, score in track(stream, what, None):
+        rules = corpus_rules[corpus]
         broken = rules.first_broken(*pair) if rules.rules else None
         if broken is None and least[corpus] is not None and score < least[corpus]:
             broken = "score"
@@ -172,6 +201,8 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         lines.append(line)
         if by_pair:
             pairs.append(pair_key(pair) if broken is None else 0)
+        if reversible:
+            target_keys.append(source_key(pair[1]) if broken is None else 0)
     for found, removed in zip(reads, removals):
         found.removals = removed
     valid = (
@@ -193,7 +224,17 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
         chosen = random.Random(data.split_seed).sample(range(len(kept)), data.max_pairs)
         roles[np.sort(kept[np.asarray(chosen, dtype=np.int64)])] = TRAIN
     if valid is not None and test is not None:
-        return CorpusSplit(data, valid, test, roles, int((roles == TRAIN).sum()), reads, _lines(lines))
+        held_out = [(data.languages, pair) for pair in (*valid, *test)]
+        _drop_held_out_targets(data, roles, target_keys, held_out, lines, reads)
+        return CorpusSplit(
+            data,
+            by_direction(data, [(data.languages, pair) for pair in valid]),
+            by_direction(data, [(data.languages, pair) for pair in test]),
+            roles,
+            int((roles == TRAIN).sum()),
+            reads,
+            _lines(lines),
+        )
 
     splittable = np.zeros(len(roles), dtype=bool)
     for found in reads:
@@ -211,13 +252,54 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
             raise
         raise DataError(f"{error}. Reading it, {report.summary()}") from None
     roles[sampled] = sides
-    split = CorpusSplit(data, [], [], roles, int((roles == TRAIN).sum()), reads, _lines(lines))
+    split = CorpusSplit(data, {}, {}, roles, 0, reads, _lines(lines))
     rank = np.zeros(len(roles), dtype=np.int64)
     rank[sampled] = group_rank
     carved = _carved_pairs(split, rank, track)
+    if valid is not None:
+        carved[VALID] = [(data.languages, pair) for pair in valid]
+    if test is not None:
+        carved[TEST] = [(data.languages, pair) for pair in test]
+    _drop_held_out_targets(data, roles, target_keys, [*carved[VALID], *carved[TEST]], lines, reads)
     return dataclasses.replace(
-        split, valid=valid if valid is not None else carved[VALID], test=test if test is not None else carved[TEST]
+        split,
+        valid=by_direction(data, carved[VALID]),
+        test=by_direction(data, carved[TEST]),
+        train_count=int((roles == TRAIN).sum()),
     )
+
+
+def by_direction(data: DataConfig, pairs: Iterable[tuple[Direction, Pair]]) -> HeldOut:
+    """Held-out pairs (each with the languages of its corpus) by direction: a pair is scored in each
+    of the model's directions between its two languages, swapped for the reverse one. A direction
+    without held-out pairs is left out."""
+    found: HeldOut = {direction: [] for direction in data.directions}
+    for languages, pair in pairs:
+        if languages in found:
+            found[languages].append(pair)
+        if languages.reversed in found and languages.reversed != languages:
+            found[languages.reversed].append((pair[1], pair[0]))
+    return {direction: pairs for direction, pairs in found.items() if pairs}
+
+
+def _drop_held_out_targets(
+    data: DataConfig,
+    roles: np.ndarray,
+    target_keys: array,
+    held_out: list[tuple[Direction, Pair]],
+    lines: array,
+    reads: list[CorpusRead],
+) -> None:
+    """For a corpus read both ways, its targets are sources too: a training pair whose target is
+    a held-out pair's side would put a test source into the reverse direction's training."""
+    if not len(target_keys) or not held_out:
+        return
+    withheld = np.array(sorted({source_key(side) for _, pair in held_out for side in pair}), dtype=np.uint64)
+    both_ways = np.zeros(len(roles), dtype=bool)
+    for found in reads:
+        both_ways[found.start : found.end] = found.corpus.reverse
+    hit = np.isin(np.frombuffer(target_keys, dtype=np.uint64), withheld) & (roles == TRAIN) & both_ways
+    _drop(roles, np.flatnonzero(hit), lines, "held out", reads)
 
 
 def _lines(lines: array) -> np.ndarray:
@@ -258,17 +340,18 @@ def _drop(roles: np.ndarray, positions: np.ndarray, lines: array, rule: str, rea
         found.removals.add_lines(rule, shown, len(mine))
 
 
-def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> dict[int, list[Pair]]:
-    """The validation and test pairs, read in a second pass, in the order of their groups in the
-    shuffle: the order an in-memory split of the corpus gives them."""
-    found: dict[int, list[tuple[int, int, Pair]]] = {VALID: [], TEST: []}
+def _carved_pairs(split: CorpusSplit, group_rank: np.ndarray, track: Track) -> dict[int, list[tuple[Direction, Pair]]]:
+    """The validation and test pairs (each with its corpus's languages), read in a second pass, in
+    the order of their groups in the shuffle: the order an in-memory split of the corpus gives them."""
+    found: dict[int, list[tuple[int, int, Direction, Pair]]] = {VALID: [], TEST: []}
+    languages = [split.data.languages_of(corpus) for corpus in split.data.training_corpora]
     stream = split._roles_and_pairs()
-    for position, (role, _, pair) in enumerate(
+    for position, (role, corpus, pair) in enumerate(
         track(stream, "finding the validation and test pairs", len(split.roles))
     ):
         if role in found:
-            found[role].append((int(group_rank[position]), position, pair))
-    return {role: [pair for _, _, pair in sorted(items)] for role, items in found.items()}
+            found[role].append((int(group_rank[position]), position, languages[corpus], pair))
+    return {role: [(language, pair) for _, _, language, pair in sorted(items)] for role, items in found.items()}
 
 
 def assign_sides(keys: np.ndarray, valid_size: int, test_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ import io
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -158,6 +158,9 @@ class Tokenizers:
     target: Tokenizer
     source_prefix: Optional[str] = None  # tokenizer.source_prefix: a piece put before every source sentence
     tags: tuple[str, ...] = ()  # the tags of data.corpora, each a piece of the source vocabulary
+    # The piece that asks for each target language of a multi-target model ({"zh": ">>zh<<"}),
+    # put before every source; empty for a model of one target language.
+    target_tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.source_prefix is not None and self.source.piece_to_id(self.source_prefix) == UNK_ID:
@@ -165,7 +168,7 @@ class Tokenizers:
                 f"tokenizer.source_prefix {self.source_prefix!r} is not a piece of the source vocabulary; "
                 f"name one of its pieces, or train the tokenizer again with `attn tokenizer --retrain`"
             )
-        for tag in self.tags:
+        for tag in (*self.tags, *self.target_tags.values()):
             if self.source.piece_to_id(tag) == UNK_ID:
                 raise TokenizerError(
                     f"the corpus tag {tag!r} is not a piece of the source vocabulary; "
@@ -183,34 +186,70 @@ class Tokenizers:
         """The ids put before every source: the source prefix's, or none."""
         return [] if self.source_prefix is None else [self.source.piece_to_id(self.source_prefix)]
 
-    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids without EOS (the batcher adds it): each text's lead (`source_lead`), then its
-        tokens; an empty text stays empty: there is nothing to translate."""
-        if not self.tags:
+    @property
+    def multi_target(self) -> bool:
+        """Whether a source must say which target language it asks for (its target tag)."""
+        return bool(self.target_tags)
+
+    def encode_sources(self, texts: Sequence[str], target: Optional[str] = None) -> list[list[int]]:
+        """Source ids without EOS (the batcher adds it): each text's lead (`source_lead`, asking a
+        multi-target model for `target` unless the text begins with a target tag), then its tokens;
+        an empty text stays empty: there is nothing to translate."""
+        if not self.tags and not self.target_tags:
             return self.prefixed(self.source.encode(texts))
-        leads = [self.source_lead(text) for text in texts]
+        leads = [self.source_lead(text, target) for text in texts]
         rows = self.source.encode([rest for _, rest in leads])
         return [[*lead, *row] if row else row for (lead, _), row in zip(leads, rows)]
 
-    def source_lead(self, text: str) -> tuple[list[int], str]:
-        """The ids put before a source's tokens (the source prefix, then the tag the text begins
-        with, "<bt> Hello."), and the rest of the text to tokenize."""
+    def source_lead(self, text: str, target: Optional[str] = None) -> tuple[list[int], str]:
+        """The ids put before a source's tokens, and the rest of the text to tokenize: the source
+        prefix; a multi-target model's target tag (`target`'s, else the one the text begins with,
+        ">>zh<< Hello."); then the corpus tag the text begins with ("<bt> Hello.")."""
+        typed, text = self._split_tag(text, self.target_tags.values())
         tag, rest = self.split_tag(text)
-        return [*self.prefix_ids, *([self.source.piece_to_id(tag)] if tag else [])], rest
+        lead = [*self.prefix_ids]
+        if self.target_tags:
+            wanted = self.target_tags.get(target) if target is not None else typed
+            if wanted is None:
+                raise TokenizerError(self.unknown_target(target))
+            lead.append(self.source.piece_to_id(wanted))
+        return [*lead, *([self.source.piece_to_id(tag)] if tag else [])], rest
+
+    def unknown_target(self, target: Optional[str]) -> str:
+        """What to say of a target language this model does not write (None: none was asked for)."""
+        choices = ", ".join(self.target_tags)
+        if target is None:
+            return f'this model translates into {choices}: say which (--target, or a "target" field)'
+        return f"this model does not translate into {target!r}; it translates into {choices}"
 
     def decode_sources(self, rows: Sequence[Sequence[int]]) -> list[str]:
         """The texts of source ids as `encode_sources` takes them: the source prefix left out (it
-        is put back), a tag typed before the text."""
+        is put back), the target tag and the corpus tag typed before the text."""
         lead = len(self.prefix_ids)
-        tag_ids = {self.source.piece_to_id(tag): tag for tag in self.tags}
-        rows = [row[lead:] if lead and list(row[:lead]) == self.prefix_ids else row for row in rows]
-        tags = [tag_ids.get(row[0]) if len(row) else None for row in rows]
-        texts = self.source.decode([row[1:] if tag else row for row, tag in zip(rows, tags)])
-        return [f"{tag} {text}" if tag else text for tag, text in zip(tags, texts)]
+        tag_ids = {self.source.piece_to_id(tag): tag for tag in (*self.target_tags.values(), *self.tags)}
+        rows = [list(row[lead:]) if lead and list(row[:lead]) == self.prefix_ids else list(row) for row in rows]
+        tags = []
+        for row in rows:
+            found = []
+            while len(row) > len(found) and row[len(found)] in tag_ids and len(found) < 2:
+                found.append(tag_ids[row[len(found)]])
+            tags.append(found)
+        texts = self.source.decode([row[len(found) :] for row, found in zip(rows, tags)])
+        return [" ".join([*found, text]) if found else text for found, text in zip(tags, texts)]
 
     def split_tag(self, text: str) -> tuple[Optional[str], str]:
-        """(the tag `text` begins with, the rest of it), or (None, `text`)."""
-        for tag in self.tags:
+        """(the corpus tag `text` begins with, the rest of it), or (None, `text`)."""
+        return self._split_tag(text, self.tags)
+
+    def split_leading_tags(self, text: str) -> tuple[str, str]:
+        """(the target tag and corpus tag `text` begins with, as typed, the rest of it)."""
+        target, rest = self._split_tag(text, self.target_tags.values())
+        tag, rest = self.split_tag(rest)
+        return " ".join(t for t in (target, tag) if t), rest
+
+    @staticmethod
+    def _split_tag(text: str, tags) -> tuple[Optional[str], str]:
+        for tag in tags:
             if text.startswith(tag) and (len(text) == len(tag) or text[len(tag)].isspace()):
                 return tag, text[len(tag) :].lstrip()
         return None, text
@@ -238,7 +277,11 @@ class Tokenizers:
 
     def _settings(self) -> dict:
         settings = {"vocabulary": self.source.vocabulary, "source_prefix": self.source_prefix}
-        return {**settings, "tags": list(self.tags)} if self.tags else settings
+        if self.tags:
+            settings["tags"] = list(self.tags)
+        if self.target_tags:
+            settings["target_tags"] = dict(self.target_tags)
+        return settings
 
     @classmethod
     def load(cls, directory: str | Path) -> "Tokenizers":
@@ -251,15 +294,16 @@ class Tokenizers:
                 f"{settings_file} is damaged ({error}); import or train the model again, or restore the file"
             ) from None
         vocabulary, prefix = settings.get("vocabulary"), settings.get("source_prefix")
-        tags = tuple(settings.get("tags", ()))
+        tags, target_tags = tuple(settings.get("tags", ())), dict(settings.get("target_tags", {}))
         if (directory / "joint.model").is_file():
             joint = Tokenizer.load(directory / "joint.model", vocabulary)
-            return cls(joint, joint, prefix, tags)
+            return cls(joint, joint, prefix, tags, target_tags)
         return cls(
             Tokenizer.load(directory / "source.model", vocabulary),
             Tokenizer.load(directory / "target.model", vocabulary),
             prefix,
             tags,
+            target_tags,
         )
 
     @staticmethod
@@ -279,7 +323,9 @@ class Tokenizers:
         vocabulary = state.get("vocabulary")
         source = Tokenizer(state["source"], vocabulary=vocabulary)
         target = source if state["target"] is None else Tokenizer(state["target"], vocabulary=vocabulary)
-        return cls(source, target, state.get("source_prefix"), tuple(state.get("tags", ())))
+        return cls(
+            source, target, state.get("source_prefix"), tuple(state.get("tags", ())), dict(state.get("target_tags", {}))
+        )
 
 
 def train_sentencepiece(
@@ -341,16 +387,19 @@ def train_tokenizers(
     cfg: TokenizerConfig,
     seed: int = 1,
     tags: Sequence[str] = (),
+    target_tags: Optional[dict[str, str]] = None,
 ) -> Tokenizers:
-    """Tokenizers trained on these sentences; the source prefix and each of `tags` (data.corpora's)
-    become pieces of the source vocabulary."""
-    symbols = [*([] if cfg.source_prefix is None else [cfg.source_prefix]), *tags]
+    """Tokenizers trained on these sentences; the source prefix, each of `tags` (data.corpora's)
+    and each target tag become pieces of the source vocabulary."""
+    target_tags = dict(target_tags or {})
+    symbols = [*([] if cfg.source_prefix is None else [cfg.source_prefix]), *target_tags.values(), *tags]
     if cfg.joint:
         joint = train_sentencepiece(list(src_sentences) + list(tgt_sentences), cfg, seed, symbols)
-        return Tokenizers(joint, joint, cfg.source_prefix, tuple(tags))
+        return Tokenizers(joint, joint, cfg.source_prefix, tuple(tags), target_tags)
     return Tokenizers(
         train_sentencepiece(src_sentences, cfg, seed, symbols),
         train_sentencepiece(tgt_sentences, cfg, seed),
         cfg.source_prefix,
         tuple(tags),
+        target_tags,
     )

@@ -34,12 +34,16 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
     prefixes = encode_prefixes([source.prefix for source in sources], tokenizers.target, engine.max_target_tokens)
     # A long input is cut without its lead (the source prefix, a corpus tag typed before it), and
     # every part gets the lead: a multi-target model needs its prefix at the start of each source.
-    leads = [tokenizers.source_lead(source.text.strip()) for source in sources]
+    directions = [engine.config.data.direction_into(source.target) for source in sources]
+    leads = [
+        tokenizers.source_lead(source.text.strip(), direction.target if tokenizers.multi_target else None)
+        for source, direction in zip(sources, directions)
+    ]
     plain = tokenizers.source.encode([rest for _, rest in leads])
-    language = engine.config.data.src_lang
     longest_clause = engine.lengths.longest_usual_source if options.split_clauses and engine.lengths else None
     found = []
-    for source, (lead, _), ids, prefix in zip(sources, leads, plain, prefixes):
+    for source, direction, (lead, _), ids, prefix in zip(sources, directions, leads, plain, prefixes):
+        language = direction.source
         room = engine.max_source_tokens - len(lead)
         pieces = fit_to_length(ids, room, options.long_inputs, tokenizers.source.id_to_piece)
         fitted = len(pieces)
@@ -59,7 +63,7 @@ def split_sources(engine: Engine, sources: Sequence[Source], options: DecodeConf
             if source.terms:
                 text = source.text if whole else tokenizers.source.decode([piece])[0]
                 terms = tuple(applicable_terms(text, source.terms, language))
-            parts.append(Part(tuple(prefixed), tuple(prefix) if number == 0 else (), terms))
+            parts.append(Part(tuple(prefixed), tuple(prefix) if number == 0 else (), terms, direction.target))
         notes = _cut_notes(len(lead) + len(ids) if ids else 0, parts, fitted)
         found.append(SourceParts(source, tuple(parts), notes))
     return found

@@ -93,10 +93,10 @@ def assemble(
 ) -> list[Translation]:
     """Stage 4: each source's translation from its parts' outputs (`outputs` in the order of the
     sources' parts): the i-th candidate joins the i-th best output of each part."""
-    language = engine.config.data.tgt_lang
-    joiner = languages.joiner(language)  # between the parts of a split input
     translations, start = [], 0
     for source in prepared:
+        language = engine.config.data.direction_into(source.source.target).target
+        joiner = languages.joiner(language)  # between the parts of a split input
         mine = list(outputs[start : start + len(source.parts)])
         start += len(source.parts)
         translation = Translation(source.source, _candidates(engine, mine, joiner, options.n_best), list(source.notes))

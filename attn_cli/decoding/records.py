@@ -27,6 +27,7 @@ class Source:
     prefix: str = ""  # target text the translation must begin with ("" for none)
     terms: tuple[Term, ...] = ()  # glossary terms it must use where their source side occurs
     attention: bool = False  # also take the attention of its best translation (one checkpoint's model)
+    target: Optional[str] = None  # the language to translate into (a model of several); None: its first
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Part:
     ids: tuple[int, ...]  # source ids the model reads (source prefix included), without the EOS
     prefix: tuple[int, ...] = ()  # target ids its output is forced to begin with (a first part's only)
     terms: tuple[Term, ...] = ()  # the source's terms that occur in this part
+    target: str = ""  # the language its output is written in ("": the model's only one)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Translation:
         with each candidate's pieces, the terms that applied and those not met, and the notes."""
         best = self.candidates[0]
         record: dict[str, Any] = {"source": self.source.text}
+        if self.source.target is not None:
+            record["target"] = self.source.target
         if self.source.prefix:
             record["prefix"] = self.source.prefix
         record |= {

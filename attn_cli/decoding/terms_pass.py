@@ -33,25 +33,27 @@ def search_with_terms(
 ) -> list[list[Hypothesis]]:
     """Each part's outputs after the glossary's pass: `first` (each part's from the search without
     terms) where they hold the part's terms, the two searches' outputs merged where they did not."""
-    target, language = engine.tokenizers.target, engine.config.data.tgt_lang
+    target = engine.tokenizers.target
+    language = [part.target or engine.config.data.tgt_lang for part in parts]  # each output's language
     outputs = list(first)
     again = [
         index
         for index, part in enumerate(parts)
-        if part.terms and not all(holds_terms(text, part.terms, language) for text in _texts(first[index], target))
+        if part.terms
+        and not all(holds_terms(text, part.terms, language[index]) for text in _texts(first[index], target))
     ]
     progress.total = len(parts) + len(again)
     if not again:
         return outputs
     # A term the target vocabulary cannot write is left to the check that names unmet terms.
     token_terms = [
-        [found for term in parts[index].terms if (found := token_alternatives(term, target, language))]
+        [found for term in parts[index].terms if (found := token_alternatives(term, target, language[index]))]
         for index in again
     ]
     found = decode_parts([parts[index] for index in again], search, options.max_tokens, progress, token_terms)
     for index, hypotheses in zip(again, found):
         outputs[index] = _with_terms_first(
-            first[index], hypotheses, parts[index].terms, target, language, options.n_best
+            first[index], hypotheses, parts[index].terms, target, language[index], options.n_best
         )
     return outputs
 

@@ -16,7 +16,7 @@ import torch
 from attn_cli.checkpoint import Checkpoint
 from attn_cli.config import Config, ConfigError, config_to_yaml, derived_seed
 from attn_cli.data.batching import Example
-from attn_cli.data.corpus import DataError
+from attn_cli.data.corpus import DataError, HeldOut
 from attn_cli.data.lengths import LengthModel
 from attn_cli.data.prepare import encode_pairs, open_data, tokenizers_and_data
 from attn_cli.data.prepared import PreparedData, TokenizedPairs
@@ -110,7 +110,7 @@ class TrainingSetup:
     train_examples: TokenizedPairs  # those the length filters kept, memory-mapped
     lengths: LengthModel  # their lengths, kept in every checkpoint for the search's output bounds
     valid_examples: list[Example]  # those the model can embed whole, for the validation loss
-    valid_pairs: list[tuple[str, str]]  # the validation split's texts, for BLEU
+    valid_pairs: HeldOut  # the validation split's texts by direction, for BLEU
     model: Transformer  # the plain module, the one saved and decoded with
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -118,7 +118,7 @@ class TrainingSetup:
     precision: Precision
     update: TrainingStep
     nonfinite: NonfiniteGuard
-    corpus_sizes: tuple[int, ...] = ()  # train_examples' pairs of each training corpus, stored in that order
+    corpus_sizes: tuple[int, ...] = ()  # train_examples' pairs of each directed corpus, stored in that order
     state: TrainState = field(default_factory=TrainState)  # where the run stands: a resumed run's own
 
 
@@ -259,11 +259,13 @@ def _data_and_tokenizers(
 def _valid_examples(cfg: Config, prepared: PreparedData, tokenizers: Tokenizers) -> list[Example]:
     """The validation examples whose every token the model can embed (the validation loss needs them all)."""
     position_limit = cfg.model.position_limit
-    return [
-        e
-        for e in encode_pairs(prepared.valid, tokenizers)
-        if position_limit is None or max(len(e.src), len(e.tgt)) <= position_limit
+    examples = [
+        example
+        for direction, pairs in prepared.valid.items()
+        for example in encode_pairs(pairs, tokenizers, direction.target)
+        if position_limit is None or max(len(example.src), len(example.tgt)) <= position_limit
     ]
+    return [Example(number, example.src, example.tgt) for number, example in enumerate(examples)]
 
 
 def _restore(setup: TrainingSetup, resumed: Checkpoint) -> None:

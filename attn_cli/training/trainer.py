@@ -107,18 +107,22 @@ class Trainer:
             total, tokens = total + loss_sum.item(), tokens + count
         return total / max(tokens, 1)
 
-    def validation_bleu(self) -> float:
-        """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode says."""
+    def validation_bleu(self) -> dict[str, float]:
+        """Corpus BLEU of the model's translations of the validation sources, decoded as cfg.decode
+        says, in each direction (scored as its target language asks), and their mean ("all")."""
         self.setup.model.eval()
+        held_out = [(direction, pairs) for direction, pairs in self.setup.valid_pairs.items() if pairs]
+        sources = [Source(pair[0], target=direction.target) for direction, pairs in held_out for pair in pairs]
         with self.setup.precision.autocast(self.setup.device):
             translations = translate(
-                TorchEngine([self.setup.model], self.setup.tokenizers, [self.setup.cfg]),
-                [Source(pair[0]) for pair in self.setup.valid_pairs],
-                self.setup.cfg.decode,
+                TorchEngine([self.setup.model], self.setup.tokenizers, [self.setup.cfg]), sources, self.setup.cfg.decode
             )
-        hypotheses = [translation.text for translation in translations]
-        scores = score_translations(hypotheses, [p[1] for p in self.setup.valid_pairs], self.setup.cfg.data.tgt_lang)
-        return scores[0].score
+        scores, start = {}, 0
+        for direction, pairs in held_out:
+            hypotheses = [translation.text for translation in translations[start : start + len(pairs)]]
+            start += len(pairs)
+            scores[str(direction)] = score_translations(hypotheses, [p[1] for p in pairs], direction.target)[0].score
+        return {"all": sum(scores.values()) / max(len(scores), 1), **(scores if len(scores) > 1 else {})}
 
     def validate_and_save(self) -> None:
         """Validation and checkpoints on rank 0 while the other processes wait; every process learns
@@ -135,7 +139,9 @@ class Trainer:
             metrics["valid_loss"] = self.validation_loss()
             metrics["valid_ppl"] = math.exp(min(metrics["valid_loss"], 50))
             if self.setup.cfg.train.valid_bleu:
-                metrics["valid_bleu"] = self.validation_bleu()
+                # best.pt is chosen on valid_bleu: for a model of several directions, their mean
+                for direction, bleu in self.validation_bleu().items():
+                    metrics["valid_bleu" if direction == "all" else f"valid_bleu_{direction}"] = bleu
         # Before saving, so that a resumed run counts on from here.
         improved = self.state.record_validation(metrics, self.best_metric)
         self.stop_early = self.state.should_stop_early(self.setup.cfg.train)
@@ -225,13 +231,13 @@ class Trainer:
         if epoch == 0:
             return examples
         if data.weighted:
-            weights = [corpus.weight for corpus in data.training_corpora]
+            weights = [corpus.weight for corpus in data.directed_corpora]
             examples = draw_epoch(examples, self.setup.corpus_sizes, weights, seed, epoch)
             drawn = np.bincount(
                 np.searchsorted(np.cumsum(self.setup.corpus_sizes), examples.positions, side="right"),
                 minlength=len(weights),
             )
-            each = ", ".join(f"{c.label} {n:,}" for c, n in zip(data.training_corpora, drawn.tolist()))
+            each = ", ".join(f"{c.label} {n:,}" for c, n in zip(data.directed_corpora, drawn.tolist()))
             self.setup.display.log(f"epoch {epoch}: {len(examples):,} pairs drawn at the corpora's weights ({each})")
         casing = self.setup.cfg.train.casing
         if casing.upper or casing.title:
@@ -239,12 +245,16 @@ class Trainer:
             examples = case_epoch(examples, self.setup.tokenizers, settings, seed, epoch)
         if join.rate == 0:
             return examples
+        by_target: dict[str, tuple[str, str]] = {}
+        for direction in data.directions:  # the first direction into a target language decides
+            by_target.setdefault(direction.target, (joiner(direction.source), joiner(direction.target)))
         settings = JoinSettings(
             join.rate,
             join.max_pairs,
             *self.setup.cfg.longest_training_sides(),
             joiner(data.src_lang),
             joiner(data.tgt_lang),
+            by_target=by_target if len(by_target) > 1 else None,
         )
         return join_epoch(examples, self.setup.tokenizers, settings, seed, epoch)
 

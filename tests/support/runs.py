@@ -92,3 +92,9 @@ def save_random_checkpoint(path: Path) -> Path:
     model = small_model(src_vocab_size=vocab, tgt_vocab_size=vocab, **sizes, **shape)
     save_checkpoint(path, cfg, tokenizers, model, step=1, epoch=1)
     return path
+
+
+def one_way(held_out: dict) -> list:
+    """The held-out pairs of a model of one direction (validation or test pairs by direction)."""
+    assert len(held_out) <= 1, f"pairs held out in {len(held_out)} directions"
+    return next(iter(held_out.values()), [])
