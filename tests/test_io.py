@@ -48,6 +48,13 @@ def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
     assert [s.prefix for s in Reading("jsonl", prefix="我").sources(lines, "in.jsonl")] == ["你", "我", "我", ""]
 
 
+def test_a_jsonl_line_asks_for_its_own_target_language_or_the_readings():
+    lines = ['{"source": "我喜欢茶。", "target": "en"}', '{"source": "Tea."}']
+    assert [s.target for s in Reading("jsonl").sources(lines, "in.jsonl")] == ["en", None]
+    assert [s.target for s in Reading("jsonl", target="zh").sources(lines, "in.jsonl")] == ["en", "zh"]
+    assert [s.target for s in Reading("text", target="zh").sources(["Tea."], "in.txt")] == ["zh"]
+
+
 @pytest.mark.parametrize(
     "line,problem",
     [
@@ -57,6 +64,7 @@ def test_jsonl_input_lines_give_a_source_and_their_own_prefix():
         ('{"source": "Hello.", "prefx": "你"}', "unknown key 'prefx'"),
         ('{"source": 3}', "'source' is a JSON number, not a string"),
         ('{"source": "Hello.", "prefix": null}', "'prefix' is a JSON null, not a string"),
+        ('{"source": "Hello.", "target": ["zh"]}', "'target' is a JSON array, not a string"),
     ],
 )
 def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem):
@@ -64,5 +72,5 @@ def test_a_bad_jsonl_input_line_is_one_line_naming_it_and_the_fix(line, problem)
         Reading("jsonl").sources(['{"source": "fine"}', line], "in.jsonl", first_number=7)
     assert str(error.value) == (
         f'in.jsonl line 8: {problem}; write each line as {{"source": "...", "prefix": "...", "glossary": '
-        f'[["term", "target"]]}} (all but "source" optional)'
+        f'[["term", "target"]], "target": "zh"}} (all but "source" optional)'
     )

@@ -14,7 +14,7 @@ import typer
 
 from attn_cli.cli.common import Command, stderr, tell
 from attn_cli.config import ConfigError, DecodeConfig
-from attn_cli.decoding.engine import Wording, refusals
+from attn_cli.decoding.engine import Wording, refusals, target_refusals
 from attn_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -92,21 +92,30 @@ WORDING = Wording(
         "sample": "--sample",
         "attention": "--show-attention/--attention-out",
         "no_stutter": "--no-stutter",
+        "target": "--target",
     },
     fixes={
         "checkpoint": "use --run or --checkpoint instead of --model",
         "one_checkpoint": "give one --run or --checkpoint",
         "beam": "use --beam 2 or more (5 is usual) without --sample",
         "allow_stutter": "use --run or --checkpoint to keep it, or --allow-stutter to decode without it",
+        "target": 'give --target LANGUAGE (a JSONL line may give its own "target")',
     },
 )
 
 
-def check_refusals(engine: Engine, options: DecodeConfig, sources: Sequence[Source], warn: bool = True) -> None:
-    """A UserError for the first thing the engine refuses of `options` and `sources`; with `warn`, a
-    warning for what it does otherwise (CTranslate2 without attn's output rules). A command checks
-    its flags once with `warn`, and each batch of input lines without it."""
-    for refusal in refusals(engine.capabilities, options, sources):
+def check_refusals(
+    engine: Engine, options: DecodeConfig, sources: Sequence[Source], warn: bool = True, target_required: bool = True
+) -> None:
+    """A UserError for the first thing the engine refuses of `options` and `sources` (a target
+    language it does not write, or none for a model of several when `target_required`); with
+    `warn`, a warning for what it does otherwise (CTranslate2 without attn's output rules). A
+    command checks its flags once with `warn`, and each batch of input lines without it."""
+    found = [
+        *target_refusals(engine, sources, required=target_required),
+        *refusals(engine.capabilities, options, sources),
+    ]
+    for refusal in found:
         if not refusal.warning:
             raise UserError(refusal.message(WORDING))
         if warn:

@@ -38,6 +38,13 @@ def evaluate(
     model: Optional[Path] = flags.ModelOption,
     src: Optional[Path] = typer.Option(None, "--src", help="Source sentences (default: the run's test split)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference translations, line by line with --src."),
+    target: Optional[str] = typer.Option(
+        None,
+        "--target",
+        "-t",
+        help="For a model of several directions: the language --src is translated into, or the one "
+        "direction of the test split to score (default: every direction, each scored on its own).",
+    ),
     glossary: Optional[Path] = typer.Option(
         None,
         "--glossary",
@@ -65,12 +72,12 @@ def evaluate(
 
       attn eval --glossary terms.tsv
 
+      attn eval --run runs/en-zh-both --src news.zh --ref news.en --target en
+
       attn eval --checkpoint runs/en-zh/checkpoints/best.pt --checkpoint runs/en-zh-b/checkpoints/best.pt
     """
     # the decoding modules and sacrebleu: imported when run, not for --help
-    from attn_cli.decoding.io import read_parallel
     from attn_cli.decoding.records import Source
-    from attn_cli.decoding.scoring import score_translations
     from attn_cli.engines.load import load_engine
 
     if (src is None) != (ref is None):
@@ -84,8 +91,12 @@ def evaluate(
     cfg = engine.config
     # Only the best translation is scored: a config's decode.n_best must not clash with --beam.
     options = flags.decode_options(dataclasses.replace(cfg.decode, n_best=1), decode_flags)
-    flags.check_refusals(engine, options, [Source("", terms=tuple(terms))])
-    if src is None:
+    flags.check_refusals(
+        engine, options, [Source("", terms=tuple(terms), target=target)], target_required=src is not None
+    )
+    if src is not None:
+        jobs = [(cfg.data.direction_into(target), src, ref)]
+    else:
         # An exported model's test split is in the run its config names, unless --run names another;
         # an ensemble's is its first member's.
         paths = (
@@ -95,32 +106,60 @@ def evaluate(
             if model is not None
             else RunPaths.of_checkpoint(engine.paths[0])
         )
-        src = paths.split_file("test", cfg.data.src_lang)
-        ref = paths.split_file("test", cfg.data.tgt_lang)
-        if not src.is_file():
-            raise UserError(f"no test split at {src}; it is written by `attn train`, or pass --src FILE --ref FILE")
+        several = len(cfg.data.directions) > 1
+        directions = [cfg.data.direction_into(target)] if target is not None else cfg.data.directions
+        jobs = [(direction, *paths.held_out_files("test", direction, several)) for direction in directions]
+        if not jobs[0][1].is_file():
+            raise UserError(
+                f"no test split at {jobs[0][1]}; it is written by `attn train`, or pass --src FILE --ref FILE"
+            )
+    scores = []
+    for direction, source_file, reference_file in jobs:
+        if len(jobs) > 1:
+            print(f"{direction}:")
+        scores.append(
+            _evaluate(
+                engine, options, direction, source_file, reference_file, terms, glossary is not None, bleu, by_length
+            )
+        )
+    if len(jobs) > 1 and bleu:
+        print(f"mean BLEU of the {len(jobs)} directions: {sum(scores) / len(scores):.2f}")
+
+
+def _evaluate(engine, options, direction, src: Path, ref: Path, terms, glossary: bool, bleu: bool, by_length: bool):
+    """Translate `src` into `direction`'s target language, write the hypotheses and print the
+    scores against `ref` (each as its target language is scored); the BLEU score."""
+    from attn_cli.decoding.io import read_parallel
+    from attn_cli.decoding.records import Source
+    from attn_cli.decoding.scoring import score_translations
+
+    target = direction.target if engine.tokenizers.multi_target else None
     sources, references = read_parallel(src, ref)
-    hypotheses, unaided = _translate(engine, [Source(text, terms=tuple(terms)) for text in sources], options)
+    hypotheses, unaided = _translate(
+        engine, [Source(text, terms=tuple(terms), target=target) for text in sources], options
+    )
     hypotheses_path = hypotheses_file(engine.paths, src)  # next to the model(s) that made them
     write_whole(hypotheses_path, "".join(h + "\n" for h in hypotheses))
     tell(f"{len(sources):,} sentences from {src}; hypotheses written to {hypotheses_path}")
+    found = score_translations(hypotheses, references, direction.target)
     if bleu:
-        for score in score_translations(hypotheses, references, cfg.data.tgt_lang):
+        for score in found:
             print(score)
-    if glossary is not None:
+    if glossary:
         from attn_cli.decoding.glossary import term_accuracy
 
-        print(term_accuracy(sources, hypotheses, terms, cfg.data.src_lang, cfg.data.tgt_lang))
+        print(term_accuracy(sources, hypotheses, terms, *direction))
         if terms:  # the search without the glossary came first: its outputs, scored alike
             print("without the glossary:")
             if bleu:
-                for score in score_translations(unaided, references, cfg.data.tgt_lang):
+                for score in score_translations(unaided, references, direction.target):
                     print(f"  {score}")
-            print(f"  {term_accuracy(sources, unaided, terms, cfg.data.src_lang, cfg.data.tgt_lang)}")
+            print(f"  {term_accuracy(sources, unaided, terms, *direction)}")
     if by_length:
         from attn_cli.decoding.by_length import format_table, scores_by_length
 
-        print(format_table(scores_by_length(sources, hypotheses, references, cfg.data.tgt_lang)))
+        print(format_table(scores_by_length(sources, hypotheses, references, direction.target)))
+    return found[0].score
 
 
 def _translate(engine, sources, options) -> tuple[list[str], list[str]]:

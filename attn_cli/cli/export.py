@@ -109,7 +109,8 @@ def _export_hf(path: Path, output: Path) -> None:
     require_new_directory(output)
     cfg = loaded.config
     paths = RunPaths.of_checkpoint(path)
-    source, reference = paths.split_file("test", cfg.data.src_lang), paths.split_file("test", cfg.data.tgt_lang)
+    direction = cfg.data.directions[0]  # a model of several directions: the card scores its first
+    source, reference = paths.held_out_files("test", direction, len(cfg.data.directions) > 1)
     scores = []
     if source.is_file() and reference.is_file():
         from attn_cli.decoding.io import read_parallel
@@ -122,8 +123,9 @@ def _export_hf(path: Path, output: Path) -> None:
         tell(f"scoring {len(sources):,} test sentences for the model card ({source})")
         options = dataclasses.replace(cfg.decode, n_best=1)
         engine = TorchEngine([loaded.model], loaded.tokenizers, [cfg], [path])
-        hypotheses = [t.text for t in translate(engine, [Source(text) for text in sources], options)]
-        scores = score_translations(hypotheses, references, cfg.data.tgt_lang)
+        target = direction.target if loaded.tokenizers.multi_target else None
+        hypotheses = [t.text for t in translate(engine, [Source(text, target=target) for text in sources], options)]
+        scores = score_translations(hypotheses, references, direction.target)
     export_marian(loaded, output, scores, source if scores else None)
     tell(
         f"exported {path} to {output} for Transformers (MarianMTModel, with a model card); upload it with "

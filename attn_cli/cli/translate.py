@@ -92,6 +92,13 @@ def translate(
         'jsonl: one {"source": ..., "prefix": ..., "glossary": [["term", "target"], ...]} per line, '
         '"prefix" and "glossary" optional, e.g. --input-format jsonl --input todo.jsonl.',
     ),
+    target: Optional[str] = typer.Option(
+        None,
+        "--target",
+        "-t",
+        help="The language to translate into, for a model of several directions (a JSONL line's own "
+        '"target" wins), e.g. --target zh.',
+    ),
     prefix: Optional[str] = typer.Option(
         None,
         "--prefix",
@@ -158,6 +165,8 @@ def translate(
       attn translate --input-format jsonl --input todo.jsonl --format jsonl
 
       attn translate --checkpoint a.pt --checkpoint b.pt "Where is the station?"
+
+      attn translate --run runs/en-zh-both --target en "我喜欢茶。"
     """
     # the decoding modules: imported when run, not for --help
     from attn_cli.decoding.glossary import read_glossary
@@ -177,11 +186,13 @@ def translate(
     prefix = valid_text([prefix], "--prefix", tell)[0] if prefix else ""
     terms = read_glossary(glossary) if glossary is not None else []  # before loading: a bad line fails at once
     inspection = Inspection(show_attention, attention_layer, attention_head, attention_out)
-    reading = Reading(input_format.value, prefix, tuple(terms), inspection.wanted)
+    reading = Reading(input_format.value, prefix, tuple(terms), inspection.wanted, target)
     engine = load_engine(run or [], checkpoint or [], model, device, threads)
     options = decode_options(engine.config.decode, decode_flags)
-    # At once, before any input is read: what the flags ask of every source.
-    check_refusals(engine, options, [Source("", reading.prefix, reading.glossary, reading.attention)])
+    # At once, before any input is read: what the flags ask of every source (a JSONL line may
+    # give its own target).
+    every = Source("", reading.prefix, reading.glossary, reading.attention, reading.target)
+    check_refusals(engine, options, [every], target_required=input_format.value == "text")
     where = input_file or ("stdin" if not texts else "argument")  # warnings name the input line by line
     job = _Job(engine, options, reading, inspection)
     try:

@@ -104,6 +104,24 @@ class Wording:
     fixes: dict[str, str]  # fix -> what to do, in the caller's terms
 
 
+def target_refusals(engine: Engine, sources: Sequence[Source], required: bool = True) -> list[Refusal]:
+    """The first source that asks for a language the model does not write, or (when `required`)
+    asks for none of a model of several target languages: a refusal naming the languages it writes."""
+    from attn_cli.config import ConfigError
+
+    data = engine.config.data
+    targets = ", ".join(dict.fromkeys(direction.target for direction in data.directions))
+    for source in sources:
+        if source.target is None and required and engine.tokenizers.multi_target:
+            return [Refusal("target", f"this model translates into {targets}: say which", "target")]
+        if source.target is not None:
+            try:
+                data.direction_into(source.target)
+            except ConfigError as error:
+                return [Refusal("target", error.problem, "target")]
+    return []
+
+
 def refusals(capabilities: Capabilities, options: DecodeConfig, sources: Sequence[Source]) -> list[Refusal]:
     """What the engine refuses of `options` and `sources`, warnings last; [] when it can do it all."""
     found = []

@@ -24,7 +24,7 @@ from attn_cli.files import written_whole
 
 OUTPUT_FORMATS = ("text", "jsonl")
 INPUT_FORMATS = ("text", "jsonl")
-_INPUT_KEYS = ("source", "prefix", "glossary")  # of a JSONL input line
+_INPUT_KEYS = ("source", "prefix", "glossary", "target")  # of a JSONL input line
 
 
 def read_lines(path: Path) -> list[str]:
@@ -80,30 +80,32 @@ class Reading:
     prefix: str = ""
     glossary: tuple[Term, ...] = ()
     attention: bool = False
+    target: Optional[str] = None  # the language to translate into (--target; a model of several asks)
 
     def sources(self, lines: Sequence[str], where: str | Path, first_number: int = 1) -> list[Source]:
         """The sources of input lines. A text line is a source with the reading's prefix and glossary.
         A JSONL line is an object {"source": "...", "prefix": "...", "glossary": [["term", "target"],
-        ...]}: "prefix" may be left out (then the reading's applies), a line's "glossary" adds to the
-        reading's (its targets win for a term in both), and an empty line is an empty source, as in
-        text. Errors name `where` and the line."""
+        ...], "target": "zh"}: "prefix" and "target" may be left out (then the reading's apply), a
+        line's "glossary" adds to the reading's (its targets win for a term in both), and an empty
+        line is an empty source, as in text. Errors name `where` and the line."""
         if self.format not in INPUT_FORMATS:
             raise ValueError(f"input format {self.format!r} is not one of {', '.join(INPUT_FORMATS)}")
         if self.format == "text":
-            return [Source(line, self.prefix, self.glossary, self.attention) for line in lines]
+            return [Source(line, self.prefix, self.glossary, self.attention, self.target) for line in lines]
         sources = []
         for number, line in enumerate(lines, start=first_number):
             record = _input_record(line, f"{where} line {number}") if line.strip() else {"source": ""}
             terms = tuple(combined(self.glossary, record.get("glossary", [])))
-            sources.append(Source(record["source"], record.get("prefix", self.prefix), terms, self.attention))
+            prefix, target = record.get("prefix", self.prefix), record.get("target", self.target)
+            sources.append(Source(record["source"], prefix, terms, self.attention, target))
         return sources
 
 
 def _input_record(line: str, where: str) -> dict:
-    """One JSONL input line, checked: an object with a "source" string, at most a "prefix" string
-    and a "glossary" (read into terms)."""
+    """One JSONL input line, checked: an object with a "source" string, at most a "prefix" string,
+    a "glossary" (read into terms) and a "target" language code."""
     fix = (
-        'write each line as {"source": "...", "prefix": "...", "glossary": [["term", "target"]]} '
+        'write each line as {"source": "...", "prefix": "...", "glossary": [["term", "target"]], "target": "zh"} '
         '(all but "source" optional)'
     )
     try:
@@ -115,7 +117,7 @@ def _input_record(line: str, where: str) -> dict:
     unknown = [key for key in record if key not in _INPUT_KEYS]
     if unknown:  # a misspelt "prefix" must not be dropped without a word
         raise UserError(f"{where}: unknown key {unknown[0]!r}; {fix}")
-    for key in ("source", "prefix"):
+    for key in ("source", "prefix", "target"):
         if key in record and not isinstance(record[key], str):
             raise UserError(f"{where}: {key!r} is a JSON {_json_kind(record[key])}, not a string; {fix}")
     if "source" not in record:

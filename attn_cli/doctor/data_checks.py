@@ -169,7 +169,8 @@ class _CorpusTokenCounter:
 
     def _count(self) -> None:
         data = self.cfg.data
-        sources = self.tokenizers.encode_sources([pair[0] for pair in self.pending])
+        first_target = next(iter(self.tokenizers.target_tags), None)  # one lead token, whichever target
+        sources = self.tokenizers.encode_sources([pair[0] for pair in self.pending], first_target)
         targets = self.tokenizers.target.encode([pair[1] for pair in self.pending])
         self.pending = []
         for counts, rows in ((self.source, sources), (self.target, targets)):

@@ -142,9 +142,7 @@ def _unreadable_data(subject: Subject, problem: Optional[str]) -> Check:
 
 def _model(subject: Subject) -> list[Check]:
     cfg, checkpoint = subject.cfg, subject.checkpoint
-    test = read_test_pairs(
-        subject.run.split_file("test", cfg.data.src_lang), subject.run.split_file("test", cfg.data.tgt_lang)
-    )
+    test = read_test_pairs(*subject.run.held_out_files("test", cfg.data.directions[0], len(cfg.data.directions) > 1))
     probe = probe_batch(checkpoint.tokenizers, test, cfg.model.position_limit, f"{subject.run.data_dir}/test")
     model = checkpoint.model.float().to("cpu")  # fp32 on the CPU: the comparisons rest on fp32 rounding
     return model_checks(model, probe)

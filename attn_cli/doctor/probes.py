@@ -72,7 +72,8 @@ def probe_batch(tokenizers: Tokenizers, test_pairs: Optional[list[Pair]], longes
 def _encoded(tokenizers: Tokenizers, pairs: list[Pair], limit: int) -> list[Example]:
     if not pairs:
         return []
-    sources = tokenizers.encode_sources([pair[0] for pair in pairs])
+    first_target = next(iter(tokenizers.target_tags), None)  # a model of several: its first direction
+    sources = tokenizers.encode_sources([pair[0] for pair in pairs], first_target)
     targets = tokenizers.target.encode([pair[1] for pair in pairs])
     return [
         Example(index, source[:limit], target[:limit])

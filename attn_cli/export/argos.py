@@ -59,6 +59,11 @@ def export_argos(config: Config, tokenizers: Tokenizers, model: Transformer, out
             "Argos Translate tokenizes with SentencePiece's own ids and puts no token before the source, and this "
             "model needs its own vocabulary or tokenizer.source_prefix; export it with --format ctranslate2 instead"
         )
+    if len(config.data.directions) > 1:
+        raise ExportError(
+            f"an Argos Translate package translates one direction, and this model translates "
+            f"{', '.join(map(str, config.data.directions))}; export it with --format ctranslate2 or huggingface"
+        )
     source, target = argos_code(config.data.src_lang), argos_code(config.data.tgt_lang)
     top = f"translate-{source}_{target}-{PACKAGE_VERSION.replace('.', '_')}"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -119,8 +119,18 @@ def model_card(checkpoint: Checkpoint, scores: Sequence = (), test_source: Optio
         if scores
         else "| (not measured: the run has no test split) | | |"
     )
-    prefix = config.tokenizer.source_prefix
+    tags = config.data.target_tags  # a model of several target languages: a tag asks for each
+    prefix = config.tokenizer.source_prefix or next(iter(tags.values()), None)
     example = f"{prefix} " if prefix else ""
+    asking = (
+        "Every source begins with the token of the language to translate into: "
+        + ", ".join(f"`{tag}` ({language})" for language, tag in tags.items())
+        + "."
+        if tags
+        else f"Every source begins with the target-language token `{prefix}`."
+        if prefix
+        else ""
+    )
     return f"""---
 language:
 - {src}
@@ -153,7 +163,7 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 With Transformers 4, `pipeline("translation", model="PATH_OR_HUB_ID")` does the same (Transformers 5
 removed that pipeline).
-{f"Every source begins with the target-language token `{prefix}`." if prefix else ""}
+{asking}
 
 ## Data
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from attn_cli import languages
 from attn_cli.errors import UserError
+from attn_cli.languages import Direction
 from attn_cli.serving.errors import RequestError
 
 if TYPE_CHECKING:
@@ -22,16 +23,26 @@ if TYPE_CHECKING:
 
 @dataclass
 class ServedModel:
+    """One direction a loaded model translates in: a model of several directions is served as one
+    ServedModel per direction, sharing its engine (and its worker)."""
+
     name: str  # "en-zh": how /v1 requests and the page name it
     engine: Engine
+    direction: Direction
+    worker: str  # the name of the worker that decodes for its engine: its engine's first direction
 
     @property
     def source(self) -> str:
-        return self.engine.config.data.src_lang
+        return self.direction.source
 
     @property
     def target(self) -> str:
-        return self.engine.config.data.tgt_lang
+        return self.direction.target
+
+    @property
+    def asks_target(self) -> Optional[str]:
+        """The target its sources ask for: its target language for a model of several, else None."""
+        return self.target if self.engine.tokenizers.multi_target else None
 
     @property
     def backend(self) -> str:
@@ -55,19 +66,23 @@ class ServedModel:
 
 
 class ServedModels:
-    """The served models, each named by its language pair."""
+    """The served models, each direction of each named by its language pair."""
 
     def __init__(self, engines: Sequence[Engine]):
         self.models: dict[str, ServedModel] = {}
+        self.engines: dict[str, Engine] = {}  # by the name of the worker that decodes for it
         for engine in engines:
-            config = engine.config.data
-            name = f"{config.src_lang}-{config.tgt_lang}"
-            if name in self.models:
-                raise UserError(
-                    f"two models serve {name} ({self.models[name].engine.paths[0]} and {engine.paths[0]}); "
-                    f"serve one model per language pair"
-                )
-            self.models[name] = ServedModel(name, engine)
+            directions = engine.config.data.directions
+            worker = str(directions[0])
+            for direction in directions:
+                name = str(direction)
+                if name in self.models:
+                    raise UserError(
+                        f"two models serve {name} ({self.models[name].engine.paths[0]} and {engine.paths[0]}); "
+                        f"serve one model per language pair"
+                    )
+                self.models[name] = ServedModel(name, engine, direction, worker)
+            self.engines[worker] = engine
         if not self.models:
             raise ValueError("no models to serve")
 

@@ -42,12 +42,14 @@ WORDING = Wording(
         "sample": "sample",
         "attention": "attention",
         "no_stutter": "no_stutter",
+        "target": "target",
     },
     fixes={
         "checkpoint": "serve a checkpoint (attn serve --run or --checkpoint) to use it",
         "one_checkpoint": "serve one checkpoint (attn serve --run or --checkpoint) to use it",
         "beam": "set beam_size to 2 or more and sample to false",
         "allow_stutter": "set no_stutter to false",
+        "target": "name a served language pair (GET /languages, /v1/models)",
     },
 )
 
@@ -98,8 +100,8 @@ class Server:
         self.models, self.limits, self.api_keys = models, limits, api_keys
         self.detector = LanguageDetector([code for model in models for code in (model.source, model.target)])
         self.batchers = {
-            model.name: Batcher(
-                model.engine,
+            worker: Batcher(
+                engine,
                 limits.queue_sentences,
                 limits.max_wait,
                 limits.token_budget,
@@ -107,7 +109,7 @@ class Server:
                 work_capacity=limits.queue_work,
                 turn_work=limits.turn_work,
             )
-            for model in models
+            for worker, engine in models.engines.items()
         }
 
     def start(self) -> None:
@@ -178,7 +180,7 @@ class Server:
             detected = [self.detector.detect(text)[0] for text in written]
         model = self.models.choose(request.model, request.source, request.target)
         options = self.decode_options(model, request.options)
-        sources = self._sources(request, texts)
+        sources = self._sources(request, texts, model.asks_target)
         if request.attention and len(sources) > self.limits.max_attention_sentences:
             raise RequestError(
                 f"attention: {len(sources)} sentences, more than the {self.limits.max_attention_sentences} this "
@@ -191,7 +193,7 @@ class Server:
             prepared = split_sources(model.engine, sources, options)
         except UserError as error:
             raise RequestError(f"prefix: {error}") from None
-        work = self.batchers[model.name].translate(prepared, options, self.limits.timeout)
+        work = self.batchers[model.worker].translate(prepared, options, self.limits.timeout)
         try:
             translations = await (work if connection is None else while_connected(connection, work))
         except QueueFull as error:
@@ -225,8 +227,9 @@ class Server:
             )
         return [detected for detected in ranked if same(detected.language) in {same(code) for code in sources}]
 
-    def _sources(self, request: TranslationRequest, texts: Sequence[Text]) -> list[Source]:
-        """Every sentence of the request's texts, with its prefix, the glossary and the attention flag."""
+    def _sources(self, request: TranslationRequest, texts: Sequence[Text], target: Optional[str]) -> list[Source]:
+        """Every sentence of the request's texts, with its prefix, the glossary, the attention flag
+        and the target language it asks for (a model of several directions)."""
         sentences = [sentence for text in texts for sentence in text.sentences]
         if len(request.glossary) > self.limits.max_terms:
             raise RequestError(
@@ -251,7 +254,7 @@ class Server:
                 f"takes; shorten it"
             )
         return [
-            Source(sentence, prefix, request.glossary, request.attention)
+            Source(sentence, prefix, request.glossary, request.attention, target)
             for sentence, prefix in zip(sentences, prefixes)
         ]
 

@@ -1,0 +1,151 @@
+"""One model for both directions against two single-direction models of the same size.
+
+1. The built-in corpus is split once by attn's own split for a corpus read both ways (`reverse:
+   true`: the held-out pairs' Chinese sides are kept out of training too), and written as
+   train.tsv, valid.tsv and test.tsv (English<TAB>Chinese), so that all three models learn from the
+   same training pairs and are scored on the same test pairs.
+2. en→zh and zh→en: `en-zh.yaml` on train.tsv, each for --minutes of training.
+3. en↔zh: the same config with train.tsv as one corpus of `data.corpora` with `reverse: true`
+   (target tags >>zh<< and >>en<<), given the two models' total time (2 x --minutes).
+4. Every model translates test.tsv in its direction(s) with the config's beam search, scored by
+   `attn eval` (BLEU by the target language's sacreBLEU tokenizer).
+
+    python3 -m bench.directions --minutes 8 --json bench_results/directions.json
+    python3 -m bench.directions --smoke --json /tmp/directions.json
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from bench.toolkit import attn, markdown_table, parser, write_report
+
+
+def write_split(workdir: Path, max_pairs: int | None, valid_size: int, test_size: int) -> dict[str, int]:
+    """train.tsv, valid.tsv and test.tsv in `workdir`, as attn splits the built-in corpus read both ways."""
+    from attn_cli.config import DataConfig, TrainingCorpus
+    from attn_cli.data.split import split_corpus
+    from attn_cli.languages import Direction
+
+    both_ways = TrainingCorpus(path="builtin:tatoeba-cmn-eng", reverse=True)
+    data = DataConfig(corpora=(both_ways,), max_pairs=max_pairs, valid_size=valid_size, test_size=test_size)
+    split = split_corpus(data)
+    forward = Direction("en", "zh")
+    parts = {"train": list(split.train_pairs()), "valid": split.valid[forward], "test": split.test[forward]}
+    for name, pairs in parts.items():
+        text = "".join(f"{source}\t{target}\n" for source, target in pairs)
+        (workdir / f"{name}.tsv").write_text(text, encoding="utf-8")
+    return {name: len(pairs) for name, pairs in parts.items()}
+
+
+def corpus(workdir: Path, name: str, reverse_columns: bool) -> str:
+    """A corpus of `workdir`'s split as YAML: English<TAB>Chinese, or read Chinese first."""
+    columns = "src_column: 1, tgt_column: 0" if reverse_columns else "src_column: 0, tgt_column: 1"
+    return f"{{path: '{workdir / f'{name}.tsv'}', {columns}}}"
+
+
+def settings(*pairs: str) -> list[str]:
+    return [part for pair in pairs for part in ("--set", pair)]
+
+
+def train(config: str, run: Path, data: list[str], budget: list[str]) -> float:
+    shutil.rmtree(run, ignore_errors=True)
+    started = time.perf_counter()
+    attn("train", "--config", config, *settings(f"run_dir={run}", "data.corpus=null", *data, *budget))
+    return time.perf_counter() - started
+
+
+def bleu(run: Path, workdir: Path, source: str, target: str, multi: bool) -> float:
+    """BLEU of `run`'s best checkpoint translating test.tsv from `source` into `target`."""
+    side = {"en": 0, "zh": 1}
+    columns = [line.split("\t") for line in (workdir / "test.tsv").read_text(encoding="utf-8").splitlines()]
+    files = {}
+    for language in (source, target):
+        files[language] = workdir / f"test.{source}-{target}.{language}"
+        files[language].write_text("".join(row[side[language]] + "\n" for row in columns), encoding="utf-8")
+    extra = ["--target", target] if multi else []
+    output = attn(
+        "eval", "--checkpoint", run / "checkpoints" / "best.pt", "--src", files[source], "--ref", files[target], *extra
+    )
+    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+
+
+def main() -> None:
+    arguments = parser(__doc__, "tiny.yaml, 1,200 pairs, 3 updates per model, in a new directory")
+    arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench" / "directions")
+    arguments.add_argument("--minutes", type=float, default=8.0, help="training minutes of each single model")
+    args = arguments.parse_args()
+    config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
+    if args.smoke:
+        args.workdir, config, max_pairs, valid_size, test_size = args.workdir / "smoke", "tiny.yaml", 1200, 50, 50
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir = args.workdir.resolve()
+    args.workdir.mkdir(parents=True)
+    sizes = write_split(args.workdir, max_pairs, valid_size, test_size)
+
+    def budget(minutes: float) -> list[str]:
+        if args.smoke:
+            return ["train.max_steps=3", "train.max_minutes=null", "data.max_pairs=null"]
+        return [f"train.max_minutes={minutes:g}", "train.max_steps=null", "data.max_pairs=null"]
+
+    def single(reverse_columns: bool, source: str, target: str) -> list[str]:
+        return [
+            f"data.corpora=[{corpus(args.workdir, 'train', reverse_columns)}]",
+            f"data.valid_corpus={corpus(args.workdir, 'valid', reverse_columns)}",
+            f"data.test_corpus={corpus(args.workdir, 'test', reverse_columns)}",
+            f"data.src_lang={source}",
+            f"data.tgt_lang={target}",
+        ]
+
+    both = [
+        f"data.corpora=[{corpus(args.workdir, 'train', False)[:-1]}, reverse: true}}]",
+        f"data.valid_corpus={corpus(args.workdir, 'valid', False)}",
+        f"data.test_corpus={corpus(args.workdir, 'test', False)}",
+        "data.src_lang=en",
+        "data.tgt_lang=zh",
+    ]
+    runs = args.workdir / "en-zh", args.workdir / "zh-en", args.workdir / "both"
+    seconds = {
+        "en→zh": train(config, runs[0], single(False, "en", "zh"), budget(args.minutes)),
+        "zh→en": train(config, runs[1], single(True, "zh", "en"), budget(args.minutes)),
+        "en↔zh": train(config, runs[2], both, budget(2 * args.minutes)),
+    }
+    results = {
+        "en→zh": {"en→zh": bleu(runs[0], args.workdir, "en", "zh", False)},
+        "zh→en": {"zh→en": bleu(runs[1], args.workdir, "zh", "en", False)},
+        "en↔zh": {
+            "en→zh": bleu(runs[2], args.workdir, "en", "zh", True),
+            "zh→en": bleu(runs[2], args.workdir, "zh", "en", True),
+        },
+    }
+    print(
+        f"\n{sizes['train']:,} training pairs, {sizes['valid']:,} validation, {sizes['test']:,} test; "
+        f"{config}, {args.minutes:g} min per direction\n"
+    )
+    rows = [
+        [name, f"{seconds[name] / 60:.1f}", found.get("en→zh", "–"), found.get("zh→en", "–")]
+        for name, found in results.items()
+    ]
+    print(markdown_table(["model", "minutes (whole run)", "en→zh BLEU", "zh→en BLEU"], rows))
+    gaps = {
+        direction: round(results["en↔zh"][direction] - results[direction][direction], 2)
+        for direction in ("en→zh", "zh→en")
+    }
+    print(f"\nboth-ways model minus single model: {gaps}")
+    report = {
+        "results": results,
+        "gaps": gaps,
+        "seconds": {name: round(value) for name, value in seconds.items()},
+        "config": config,
+        "minutes_per_direction": args.minutes,
+        "pairs": sizes,
+    }
+    write_report(args.json, report, args)
+
+
+if __name__ == "__main__":
+    main()
