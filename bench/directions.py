@@ -4,13 +4,15 @@
    true`: the held-out pairs' Chinese sides are kept out of training too), and written as
    train.tsv, valid.tsv and test.tsv (English<TAB>Chinese), so that all three models learn from the
    same training pairs and are scored on the same test pairs.
-2. en→zh and zh→en: `en-zh.yaml` on train.tsv, each for --minutes of training.
+2. en→zh and zh→en: `en-zh.yaml` on train.tsv, each for --steps updates.
 3. en↔zh: the same config with train.tsv as one corpus of `data.corpora` with `reverse: true`
-   (target tags >>zh<< and >>en<<), given the two models' total time (2 x --minutes).
+   (target tags >>zh<< and >>en<<), given the two models' total training: 2 x --steps updates of
+   the same size. Updates, not minutes, measure the time: an update of one model costs what an
+   update of the other does, and a busy machine would make minutes unequal between the rows.
 4. Every model translates test.tsv in its direction(s) with the config's beam search, scored by
    `attn eval` (BLEU by the target language's sacreBLEU tokenizer).
 
-    python3 -m bench.directions --minutes 8 --json bench_results/directions.json
+    python3 -m bench.directions --steps 1200 --json bench_results/directions.json
     python3 -m bench.directions --smoke --json /tmp/directions.json
 """
 
@@ -77,20 +79,18 @@ def bleu(run: Path, workdir: Path, source: str, target: str, multi: bool) -> flo
 def main() -> None:
     arguments = parser(__doc__, "tiny.yaml, 1,200 pairs, 3 updates per model, in a new directory")
     arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench" / "directions")
-    arguments.add_argument("--minutes", type=float, default=8.0, help="training minutes of each single model")
+    arguments.add_argument("--steps", type=int, default=1200, help="updates of each single model")
     args = arguments.parse_args()
     config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
     if args.smoke:
-        args.workdir, config, max_pairs, valid_size, test_size = args.workdir / "smoke", "tiny.yaml", 1200, 50, 50
+        args.workdir, config, max_pairs, valid_size, test_size = args.workdir / "directions-smoke", "tiny.yaml", 1200, 50, 50
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True)
     sizes = write_split(args.workdir, max_pairs, valid_size, test_size)
 
-    def budget(minutes: float) -> list[str]:
-        if args.smoke:
-            return ["train.max_steps=3", "train.max_minutes=null", "data.max_pairs=null"]
-        return [f"train.max_minutes={minutes:g}", "train.max_steps=null", "data.max_pairs=null"]
+    def budget(steps: int) -> list[str]:
+        return [f"train.max_steps={3 if args.smoke else steps}", "train.max_minutes=null", "data.max_pairs=null"]
 
     def single(reverse_columns: bool, source: str, target: str) -> list[str]:
         return [
@@ -110,9 +110,9 @@ def main() -> None:
     ]
     runs = args.workdir / "en-zh", args.workdir / "zh-en", args.workdir / "both"
     seconds = {
-        "en→zh": train(config, runs[0], single(False, "en", "zh"), budget(args.minutes)),
-        "zh→en": train(config, runs[1], single(True, "zh", "en"), budget(args.minutes)),
-        "en↔zh": train(config, runs[2], both, budget(2 * args.minutes)),
+        "en→zh": train(config, runs[0], single(False, "en", "zh"), budget(args.steps)),
+        "zh→en": train(config, runs[1], single(True, "zh", "en"), budget(args.steps)),
+        "en↔zh": train(config, runs[2], both, budget(2 * args.steps)),
     }
     results = {
         "en→zh": {"en→zh": bleu(runs[0], args.workdir, "en", "zh", False)},
@@ -124,13 +124,14 @@ def main() -> None:
     }
     print(
         f"\n{sizes['train']:,} training pairs, {sizes['valid']:,} validation, {sizes['test']:,} test; "
-        f"{config}, {args.minutes:g} min per direction\n"
+        f"{config}, {args.steps:,} updates per direction\n"
     )
+    updates = {"en→zh": args.steps, "zh→en": args.steps, "en↔zh": 2 * args.steps}
     rows = [
-        [name, f"{seconds[name] / 60:.1f}", found.get("en→zh", "–"), found.get("zh→en", "–")]
+        [name, f"{updates[name]:,}", f"{seconds[name] / 60:.1f}", found.get("en→zh", "–"), found.get("zh→en", "–")]
         for name, found in results.items()
     ]
-    print(markdown_table(["model", "minutes (whole run)", "en→zh BLEU", "zh→en BLEU"], rows))
+    print(markdown_table(["model", "updates", "minutes (whole run)", "en→zh BLEU", "zh→en BLEU"], rows))
     gaps = {
         direction: round(results["en↔zh"][direction] - results[direction][direction], 2)
         for direction in ("en→zh", "zh→en")
@@ -141,7 +142,7 @@ def main() -> None:
         "gaps": gaps,
         "seconds": {name: round(value) for name, value in seconds.items()},
         "config": config,
-        "minutes_per_direction": args.minutes,
+        "steps_per_direction": args.steps,
         "pairs": sizes,
     }
     write_report(args.json, report, args)

@@ -8,6 +8,7 @@ from attn_cli import package_version
 from attn_cli.cli.average import average
 from attn_cli.cli.backtranslate import backtranslate
 from attn_cli.cli.common import reports_user_errors
+from attn_cli.cli.distill import distill
 from attn_cli.cli.doctor import doctor
 from attn_cli.cli.eval import evaluate
 from attn_cli.cli.export import export
@@ -55,6 +56,7 @@ for name, command in [
     ("translate", translate),
     ("eval", evaluate),
     ("backtranslate", backtranslate),
+    ("distill", distill),
     ("average", average),
     ("export", export),
     ("serve", serve),

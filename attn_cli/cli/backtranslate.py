@@ -52,6 +52,9 @@ def backtranslate(
     run: Optional[List[Path]] = RunsOption,
     checkpoint: Optional[List[Path]] = CheckpointsOption,
     model: Optional[Path] = ModelOption,
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="For a model of several directions: the language to translate into."
+    ),
     device: str = DeviceOption,
     threads: Optional[int] = ThreadsOption,
     chunk_lines: int = typer.Option(
@@ -73,17 +76,20 @@ def backtranslate(
       attn backtranslate --run runs/zh-en --input mono.zh --output bt.tsv --sample --top-k 10
 
       attn backtranslate --model exported/zh-en-int8 --input mono.zh --output bt.tsv --beam 4
+
+      attn backtranslate --run runs/en-zh-both --target en --input mono.zh --output bt.tsv
     """
     # the decoding modules: imported when run, not for --help
     from attn_cli.decoding.records import Source
-    from attn_cli.decoding.synthetic import progress_path, translate_file
+    from attn_cli.decoding.synthetic import Synthesis, progress_path, translate_file
     from attn_cli.engines.load import load_engine
 
     engine = load_engine(run or [], checkpoint or [], model, device, threads)
     options = decode_options(engine.config.decode, decode_flags)
-    check_refusals(engine, options, [Source("")])
+    check_refusals(engine, options, [Source("", target=target)])
+    synthesis = Synthesis(target=target)
     with progress_bar("back-translating") as on_progress:
-        progress = translate_file(engine, options, input_file, output_file, on_progress, chunk_lines)
+        progress = translate_file(engine, options, input_file, output_file, on_progress, chunk_lines, synthesis)
     empty = f"; {progress.empty:,} came out empty and were left out" if progress.empty else ""
     tell(
         f"{output_file}: {progress.lines:,} lines of {input_file} translated{empty} "

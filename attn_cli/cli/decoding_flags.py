@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -137,3 +138,15 @@ def progress_bar(description: str = "translating") -> Iterator[Callable[[int, in
     ) as progress:
         task = progress.add_task(description, total=None)
         yield lambda done, total: progress.update(task, completed=done, total=total)
+
+
+def run_of(engine: Engine, run: Optional[Sequence[Path]], model: Optional[Path]):
+    """The run whose test split a model is scored on: --run's (an ensemble's first), an exported
+    model's (the run its config names), or a checkpoint's own."""
+    from attn_cli.paths import RunPaths
+
+    if run:
+        return RunPaths.of(run[0])
+    if model is not None:
+        return RunPaths.of(engine.config.run_dir)
+    return RunPaths.of_checkpoint(engine.paths[0])

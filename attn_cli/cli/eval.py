@@ -12,7 +12,7 @@ import attn_cli.cli.decoding_flags as flags
 from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
-from attn_cli.paths import RunPaths, hypotheses_file
+from attn_cli.paths import hypotheses_file
 
 
 @flags.decoding_flags(
@@ -97,15 +97,7 @@ def evaluate(
     if src is not None:
         jobs = [(cfg.data.direction_into(target), src, ref)]
     else:
-        # An exported model's test split is in the run its config names, unless --run names another;
-        # an ensemble's is its first member's.
-        paths = (
-            RunPaths.of(run[0])
-            if run
-            else RunPaths.of(cfg.run_dir)
-            if model is not None
-            else RunPaths.of_checkpoint(engine.paths[0])
-        )
+        paths = flags.run_of(engine, run, model)
         several = len(cfg.data.directions) > 1
         directions = [cfg.data.direction_into(target)] if target is not None else cfg.data.directions
         jobs = [(direction, *paths.held_out_files("test", direction, several)) for direction in directions]

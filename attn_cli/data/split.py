@@ -395,3 +395,11 @@ def _groups_until(filled: np.ndarray, before: int, size: int) -> int:
     if size <= 0:
         return 0
     return min(int(np.searchsorted(filled, before + size, side="left")) + 1, len(filled))
+
+
+def training_sources(data: DataConfig, direction: Direction, track: Track = _untracked) -> Iterator[str]:
+    """The sources of the training pairs in `direction`, as training reads them: the split made
+    again, so that no validation or test source is among them (distillation translates these)."""
+    split = split_corpus(data, track=track)
+    directed = data.directed_corpora
+    return (pair[0] for number, pair in split.directed_train_pairs() if directed[number].direction == direction)

@@ -7,11 +7,12 @@ progress file beside the corpus records how many input lines and output bytes ar
 whole (`files.write_whole`). A new start reads it, cuts the corpus back to the bytes it records
 (a chunk written after the last record is written again) and skips the input lines done.
 
-Each output line is `translation<TAB>original`: the translation is the synthetic side. For
-back-translation the input is target-language text and the model translates into the source
-language, so the corpus reads in data.corpora as it is (src_column 0, tgt_column 1), with a tag.
-An empty input line gives no pair, nor does a line whose translation comes out empty (counted);
-tabs inside a sentence become spaces.
+For back-translation each output line is `translation<TAB>original`: the input is target-language
+text and the model translates into the source language, so the corpus reads in data.corpora as it
+is (src_column 0, tgt_column 1), with a tag. For distillation it is `original<TAB>translation`: the
+input is the training sources and a teacher translates them into the target language. Either way
+the source comes first. An empty input line gives no pair, nor does a line whose translation comes
+out empty (counted); tabs inside a sentence become spaces.
 """
 
 from __future__ import annotations
@@ -24,16 +25,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from attn_cli.config import DecodeConfig
+from attn_cli.config import Config, DecodeConfig, config_to_dict
 from attn_cli.decoding.engine import Engine
 from attn_cli.decoding.pipeline import translate
 from attn_cli.decoding.records import Source
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
+from attn_cli.languages import Direction
 
 CHUNK_LINES = 1000  # input lines translated, written and recorded at a time
 
 OnProgress = Callable[[int, int], None]  # (input lines done, input lines in all)
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """What a translated file becomes: which side the translation is, and the language it is asked
+    for (a model of several directions; None for a model of one)."""
+
+    translation_is_source: bool = True  # back-translation; False: distillation (the original is the source)
+    target: Optional[str] = None
 
 
 @dataclass
@@ -71,12 +82,14 @@ def _lines(path: Path, skip: int) -> Iterator[str]:
             yield line.removesuffix("\n").removesuffix("\r")
 
 
-def _settings_hash(engine: Engine, options: DecodeConfig) -> str:
+def _settings_hash(engine: Engine, options: DecodeConfig, synthesis: Synthesis) -> str:
     models = []
     for path in engine.paths:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         models += [[str(file.resolve()), file.stat().st_size, file.stat().st_mtime_ns] for file in files]
     described = {"models": models, "options": asdict(options)}
+    if synthesis != Synthesis():  # back-translation into a model's only language keeps its earlier hash
+        described["synthesis"] = asdict(synthesis)
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -110,12 +123,13 @@ def translate_file(
     output: Path,
     on_progress: Optional[OnProgress] = None,
     chunk_lines: int = CHUNK_LINES,
+    synthesis: Synthesis = Synthesis(),
 ) -> Progress:
     """Translate `input_path` line by line into the corpus `output`, continuing an earlier start of
     the same work where it stopped; the progress reached (all lines, unless interrupted)."""
     if not input_path.is_file():
         raise UserError(f"input file not found: {input_path}")
-    progress = _start(input_path, output, _settings_hash(engine, options))
+    progress = _start(input_path, output, _settings_hash(engine, options, synthesis))
     total = count_lines(input_path)
     if progress.done:
         return progress
@@ -129,9 +143,10 @@ def translate_file(
         while chunk := list(itertools.islice(lines, chunk_lines)):
             texts = [line.strip() for line in chunk]
             wanted = [text for text in texts if text]
-            translations = translate(engine, [Source(text) for text in wanted], options)
+            translations = translate(engine, [Source(text, target=synthesis.target) for text in wanted], options)
             pairs = [(_one_field(found.text), _one_field(text)) for found, text in zip(translations, wanted)]
-            corpus.write("".join(f"{made}\t{text}\n" for made, text in pairs if made).encode("utf-8"))
+            rows = [(made, text) if synthesis.translation_is_source else (text, made) for made, text in pairs if made]
+            corpus.write("".join(f"{source}\t{target}\n" for source, target in rows).encode("utf-8"))
             progress.empty += sum(1 for made, _ in pairs if not made)
             corpus.flush()
             os.fsync(corpus.fileno())
@@ -147,3 +162,51 @@ def translate_file(
 
 def _one_field(text: str) -> str:
     return " ".join(text.replace("\t", " ").split())
+
+
+def distilled_student_config(
+    student: dict,
+    teacher: Config,
+    direction: Direction,
+    distilled: Path,
+    held_out: tuple[tuple[Path, Path], tuple[Path, Path]],
+    run_dir: Path,
+    original_weight: float = 0.0,
+) -> dict:
+    """A student's config (`student`, such as the built-in student.yaml, as YAML values) that trains
+    on the distilled corpus in `direction` and is validated and tested on the teacher's held-out
+    (source, reference) files, so that the two are scored on the same sentences. With
+    `original_weight`, the teacher's own corpora are mixed in at that weight, their pairs whose
+    source is held out left out."""
+    data = config_to_dict(teacher.data)
+    corpora = [
+        {
+            "path": str(distilled.resolve()),
+            "name": "distilled",
+            "split": False,
+            **dict(zip(("src_lang", "tgt_lang"), direction)),
+        }
+    ]
+    if original_weight > 0:
+        originals = data["corpora"] or [data["corpus"]]
+        corpora += [{**corpus, "weight": original_weight, "split": False} for corpus in originals]
+    (valid_source, valid_reference), (test_source, test_reference) = held_out
+    student = {**student, "run_dir": str(run_dir)}
+    student["data"] = {
+        **{key: data[key] for key in ("max_source_tokens", "max_target_tokens", "max_length_ratio", "split_seed")},
+        "corpora": corpora,
+        "valid_corpus": {
+            "format": "text",
+            "src_path": str(valid_source.resolve()),
+            "tgt_path": str(valid_reference.resolve()),
+        },
+        "test_corpus": {
+            "format": "text",
+            "src_path": str(test_source.resolve()),
+            "tgt_path": str(test_reference.resolve()),
+        },
+        "src_lang": direction.source,
+        "tgt_lang": direction.target,
+        "filters": {**data["filters"], "held_out": True},
+    }
+    return student
