@@ -83,7 +83,8 @@ def main() -> None:
     args = arguments.parse_args()
     config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
     if args.smoke:
-        args.workdir, config, max_pairs, valid_size, test_size = args.workdir / "directions-smoke", "tiny.yaml", 1200, 50, 50
+        args.workdir, config = args.workdir / "directions-smoke", "tiny.yaml"
+        max_pairs, valid_size, test_size = 1200, 50, 50
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True)

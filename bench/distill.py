@@ -1,0 +1,179 @@
+"""Sequence-level distillation: a teacher, a student trained on the corpus, a student trained on the
+teacher's translations; quality, and speed through `attn export` int8.
+
+1. Teacher: --teacher, a run of the default config (`en-zh.yaml`), or one trained here for
+   --teacher-steps updates.
+2. `attn distill --run TEACHER --student-config ...`: the teacher translates its training sources
+   with its beam search (the split made again: no validation or test source among them), and
+   writes the student's config (the built-in student.yaml: 6 encoder layers, 1 decoder layer).
+3. Students of the same size and budget (--student-steps updates): one on the distilled corpus,
+   one on the teacher's own training pairs (the built-in corpus, the teacher's held-out sources
+   left out). Both are validated and tested on the teacher's held-out files.
+4. BLEU of all three on the teacher's test split (`attn eval`, the config's beam search), and
+   sentences/s of each int8 export (`attn export --quantization int8`, CTranslate2, one thread)
+   translating the test sources at batch 1 (--batch1-sentences of them, one per call) and at
+   batch 32, with the teacher's decode settings; medians of --repeats rounds taken in turn.
+
+    python3 -m bench.distill --teacher runs/en-zh --student-steps 1500 --json bench_results/distill.json
+    python3 -m bench.distill --smoke --json /tmp/distill.json
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from bench.toolkit import alternate, attn, markdown_table, median, parser, ratio, write_report
+
+
+def settings(*pairs: str) -> list[str]:
+    return [part for pair in pairs for part in ("--set", pair)]
+
+
+def bleu(checkpoint: Path, teacher: Path) -> float:
+    """BLEU of `checkpoint` on the teacher's test split."""
+    output = attn("eval", "--checkpoint", checkpoint, "--run", teacher)
+    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+
+
+def speeds(exports: dict[str, Path], sources: list[str], batch1: int, repeats: int) -> dict[str, dict]:
+    """Sentences/s of each export at batch 1 and at batch 32, measured in turn."""
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
+
+    engines = {name: load_engine([], [], path, "cpu", threads=1) for name, path in exports.items()}
+    options = next(iter(engines.values())).config.decode  # the teacher's decode settings for all
+
+    def batches(engine, size: int, texts: list[str]):
+        return lambda: [
+            translate(engine, [Source(t) for t in texts[i : i + size]], options) for i in range(0, len(texts), size)
+        ]
+
+    found: dict[str, dict] = {name: {} for name in exports}
+    for size, texts in ((1, sources[:batch1]), (32, sources)):
+        seconds = alternate({name: batches(engine, size, texts) for name, engine in engines.items()}, repeats)
+        for name, taken in seconds.items():
+            found[name][f"batch {size}"] = round(len(texts) / median(taken), 1)
+    return found
+
+
+def main() -> None:
+    arguments = parser(__doc__, "tiny.yaml teacher and students, a few updates each, 100 sources distilled")
+    arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench" / "distill")
+    arguments.add_argument("--teacher", type=Path, help="a run of en-zh.yaml to distill (default: train one here)")
+    arguments.add_argument("--teacher-steps", type=int, default=4722)
+    arguments.add_argument("--student-steps", type=int, default=1500)
+    arguments.add_argument("--batch1-sentences", type=int, default=200)
+    arguments.add_argument("--repeats", type=int, default=3)
+    args = arguments.parse_args()
+    teacher_config, teacher_data, smoke = "en-zh.yaml", [], []
+    if args.smoke:
+        args.workdir = args.workdir / "distill-smoke"
+        teacher_config, args.teacher_steps, args.student_steps = "tiny.yaml", 3, 3
+        args.batch1_sentences, args.repeats, teacher_data = 5, 1, ["data.max_pairs=300"]
+        # the student.yaml shape at tiny.yaml's sizes, on tiny.yaml's 1,200 pairs
+        smoke = [
+            "model.d_model=32",
+            "model.ffn_dim=64",
+            "tokenizer.vocab_size=1000",
+            "tokenizer.character_coverage=0.98",
+        ]
+        smoke += ["train.max_tokens=1024", "train.valid_bleu=false"]
+        args.teacher = None
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir = args.workdir.resolve()
+    args.workdir.mkdir(parents=True)
+    started = time.perf_counter()
+    if args.teacher is None:
+        args.teacher = args.workdir / "teacher"
+        attn(
+            "train",
+            "--config",
+            teacher_config,
+            *settings(
+                f"run_dir={args.teacher}",
+                f"train.max_steps={args.teacher_steps}",
+                "train.max_minutes=null",
+                *teacher_data,
+            ),
+        )
+    teacher = args.teacher.resolve()
+    teacher_seconds = time.perf_counter() - started
+
+    distilled, student_yaml = args.workdir / "distilled.tsv", args.workdir / "student-distilled.yaml"
+    started = time.perf_counter()
+    attn(
+        "distill",
+        "--run",
+        teacher,
+        "--output",
+        distilled,
+        "--student-config",
+        student_yaml,
+        "--student-run",
+        args.workdir / "student-distilled",
+        # smoke: a teacher of 3 updates may say nothing, so the corpus is mixed in for the student to learn from
+        *(["--max-len-a", "0", "--max-len-b", "8", "--beam", "1", "--original-weight", "1"] if args.smoke else []),
+    )
+    distill_seconds = time.perf_counter() - started
+    held_out = {
+        line for split in ("valid", "test") for line in (teacher / "data" / f"{split}.en").read_text().splitlines()
+    }
+    sources = Path(f"{distilled}.sources").read_text(encoding="utf-8").splitlines()
+    assert not held_out & set(sources), "a held-out source was distilled"
+
+    budget = [f"train.max_steps={args.student_steps}", "train.max_minutes=null", *smoke]
+    attn("train", "--config", student_yaml, *settings(*budget))
+    data = teacher / "data"
+    original = [
+        f"run_dir={args.workdir / 'student-original'}",
+        f"data.valid_corpus={{format: text, src_path: '{data / 'valid.en'}', tgt_path: '{data / 'valid.zh'}'}}",
+        f"data.test_corpus={{format: text, src_path: '{data / 'test.en'}', tgt_path: '{data / 'test.zh'}'}}",
+        "data.filters.held_out=true",
+        *(["data.max_pairs=300"] if args.smoke else []),
+    ]
+    attn("train", "--config", "student.yaml", *settings(*original, *budget))
+
+    runs = {"teacher": teacher, "student, original": args.workdir / "student-original"}
+    runs["student, distilled"] = args.workdir / "student-distilled"
+    quality = {name: bleu(run / "checkpoints" / "best.pt", teacher) for name, run in runs.items()}
+    exports = {}
+    for name, run in runs.items():
+        exports[name] = args.workdir / f"{run.name}-int8"
+        attn("export", "--run", run, "--output", exports[name], "--quantization", "int8")
+    test_sources = (data / "test.en").read_text(encoding="utf-8").splitlines()
+    speed = speeds(exports, test_sources, args.batch1_sentences, args.repeats)
+
+    print(
+        f"\nteacher {teacher} ({teacher_seconds / 60:.0f} min here); {len(sources):,} sources distilled in "
+        f"{distill_seconds / 60:.1f} min; students {args.student_steps:,} updates each\n"
+    )
+    rows = [
+        [
+            name,
+            quality[name],
+            speed[name]["batch 1"],
+            speed[name]["batch 32"],
+            round(ratio(speed[name]["batch 1"], speed["teacher"]["batch 1"]), 2),
+        ]
+        for name in runs
+    ]
+    headers = ["model", "test BLEU", "int8 sentences/s, batch 1", "batch 32", "batch 1 vs teacher"]
+    print(markdown_table(headers, rows))
+    report = {
+        "bleu": quality,
+        "sentences_per_second": speed,
+        "teacher": str(teacher),
+        "student_steps": args.student_steps,
+        "distilled_sources": len(sources),
+        "distill_seconds": round(distill_seconds),
+    }
+    write_report(args.json, report, args)
+
+
+if __name__ == "__main__":
+    main()
