@@ -180,9 +180,9 @@ def split_corpus(data: DataConfig, report: Optional[ReadReport] = None, track: T
     keys, pairs, lines, kept = array("Q"), array("Q"), array("Q"), array("B")
     target_keys = array("Q")  # for corpora read both ways: a held-out target is a source too
     by_pair = data.filters.duplicates == "pair"
-    rules_of = {languages: PairRules(data.filters, languages) for languages in map(data.languages_of, data.corpora)}
-    rules_of.setdefault(data.languages, PairRules(data.filters, data.languages))
-    corpus_rules = [rules_of[data.languages_of(corpus)] for corpus in data.training_corpora]
+    languages = [data.languages_of(corpus) for corpus in data.training_corpora]
+    rules_of = {pair: PairRules(data.filters, pair) for pair in languages}  # the script and language rules need them
+    corpus_rules = [rules_of[pair] for pair in languages]
     removals = [Removals() for _ in data.training_corpora]
     reversible = any(corpus.reverse for corpus in data.training_corpora)
     stream = corpus_stream(data, data.strict, report, reads)
