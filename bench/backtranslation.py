@@ -88,13 +88,13 @@ def main() -> None:
     config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
     if args.smoke:
         args.workdir, config = args.workdir / "backtranslation-smoke", "tiny.yaml"
-        max_pairs, valid_size, test_size, args.beam = 1200, 50, 50, 1
+        max_pairs, valid_size, test_size, args.beam, args.steps = 1200, 50, 50, 1, 3
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True)
     sizes = write_halves(args.workdir, max_pairs, valid_size, test_size)
     w = args.workdir
-    budget = [f"train.max_steps={3 if args.smoke else args.steps}", "train.max_minutes=null", "data.max_pairs=null"]
+    budget = [f"train.max_steps={args.steps}", "train.max_minutes=null", "data.max_pairs=null"]
     english_first = [
         f"data.valid_corpus={{path: '{w / 'valid.tsv'}'}}",
         f"data.test_corpus={{path: '{w / 'test.tsv'}'}}",
