@@ -366,14 +366,19 @@ class DataConfig:
             for direction in self.directions:
                 if match(direction.target):
                     return direction
-        targets = ", ".join(dict.fromkeys(direction.target for direction in self.directions))
+        targets = ", ".join(self.target_languages)
         raise ConfigError(f"this model does not translate into {target!r}; it translates into {targets}", "target")
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """The languages the model translates into, each once, in the order of its directions."""
+        return tuple(dict.fromkeys(direction.target for direction in self.directions))
 
     @property
     def target_tags(self) -> dict[str, str]:
         """The piece that asks for each target language ({"en": ">>en<<", "zh": ">>zh<<"}), put
         before every source; none when the model has one target language."""
-        targets = list(dict.fromkeys(direction.target for direction in self.directions))
+        targets = self.target_languages
         return {target: target_tag(target) for target in targets} if len(targets) > 1 else {}
 
     @property

@@ -110,7 +110,7 @@ def target_refusals(engine: Engine, sources: Sequence[Source], required: bool = 
     from attn_cli.config import ConfigError
 
     data = engine.config.data
-    targets = ", ".join(dict.fromkeys(direction.target for direction in data.directions))
+    targets = ", ".join(data.target_languages)
     for source in sources:
         if source.target is None and required and engine.tokenizers.multi_target:
             return [Refusal("target", f"this model translates into {targets}: say which", "target")]
