@@ -41,7 +41,8 @@ def test_a_built_in_config_is_found_by_name_from_any_directory(tmp_path, monkeyp
 def test_an_unknown_config_name_lists_the_built_in_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
-        ConfigError, match="config file not found: nope.yaml; the built-in configs are en-zh.yaml, student.yaml, tiny.yaml"
+        ConfigError,
+        match="config file not found: nope.yaml; the built-in configs are en-zh.yaml, student.yaml, tiny.yaml",
     ):
         load_config("nope.yaml")
 
