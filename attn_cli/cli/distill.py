@@ -80,9 +80,9 @@ def distill(
     **decode_flags: object,
 ) -> None:
     """Sequence-level distillation: a teacher (a run, an ensemble of checkpoints, or an export)
-    translates its training sources with beam search, its best translation of each kept; a small
-    student trained on those pairs comes close to the teacher at a fraction of its decoding time.
-    Stopped anywhere (Ctrl-C, kill -9), the same command continues where it stopped.
+    translates its training sources with beam search, its best translation of each kept, for a
+    small, fast student to learn from (simpler targets than the corpus's own). Stopped anywhere
+    (Ctrl-C, kill -9), the same command continues where it stopped.
 
     Example:
 
