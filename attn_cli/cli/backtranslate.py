@@ -10,6 +10,9 @@ import typer
 
 from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.cli.decoding_flags import (
+    LENGTH_FLAGS,
+    SAMPLING_FLAGS,
+    SEARCH_FLAGS,
     CheckpointsOption,
     ModelOption,
     RunsOption,
@@ -21,23 +24,7 @@ from attn_cli.cli.decoding_flags import (
 )
 
 
-@decoding_flags(
-    "beam_size",
-    "length_penalty",
-    "no_repeat_ngram",
-    "no_stutter",
-    "no_loops",
-    "learned_lengths",
-    "split_clauses",
-    "max_len_a",
-    "max_len_b",
-    "sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "max_tokens",
-)
+@decoding_flags(*SEARCH_FLAGS, *LENGTH_FLAGS, *SAMPLING_FLAGS, "max_tokens")
 def backtranslate(
     input_file: Path = typer.Option(
         ..., "--input", "-i", help="Monolingual text in the language the model translates from, one sentence per line."

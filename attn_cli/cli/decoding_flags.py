@@ -85,6 +85,19 @@ def decode_options(decode: DecodeConfig, flags: Mapping[str, Any]) -> DecodeConf
         raise UserError(error.describe(flag_names())) from None
 
 
+# The flags of the commands that translate files (eval, backtranslate, distill), grouped as they share them.
+SEARCH_FLAGS = (
+    "beam_size",
+    "length_penalty",
+    "no_repeat_ngram",
+    "no_stutter",
+    "no_loops",
+    "learned_lengths",
+    "split_clauses",
+)
+LENGTH_FLAGS = ("max_len_a", "max_len_b")
+SAMPLING_FLAGS = ("sample", "temperature", "top_k", "top_p", "seed")
+
 # A refusal (attn_cli/decoding/engine.py) in the command line's words.
 WORDING = Wording(
     names={

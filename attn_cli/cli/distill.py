@@ -10,6 +10,8 @@ import typer
 
 from attn_cli.cli.common import DeviceOption, tell
 from attn_cli.cli.decoding_flags import (
+    LENGTH_FLAGS,
+    SEARCH_FLAGS,
     CheckpointsOption,
     ModelOption,
     RunsOption,
@@ -23,18 +25,7 @@ from attn_cli.cli.decoding_flags import (
 from attn_cli.errors import UserError
 
 
-@decoding_flags(
-    "beam_size",
-    "length_penalty",
-    "no_repeat_ngram",
-    "no_stutter",
-    "no_loops",
-    "learned_lengths",
-    "split_clauses",
-    "max_len_a",
-    "max_len_b",
-    "max_tokens",
-)
+@decoding_flags(*SEARCH_FLAGS, *LENGTH_FLAGS, "max_tokens")
 def distill(
     output_file: Path = typer.Option(
         ...,

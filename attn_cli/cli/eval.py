@@ -15,16 +15,7 @@ from attn_cli.files import write_whole
 from attn_cli.paths import hypotheses_file
 
 
-@flags.decoding_flags(
-    "beam_size",
-    "length_penalty",
-    "no_repeat_ngram",
-    "no_stutter",
-    "no_loops",
-    "learned_lengths",
-    "split_clauses",
-    "max_tokens",
-)
+@flags.decoding_flags(*flags.SEARCH_FLAGS, "max_tokens")
 def evaluate(
     bleu: bool = typer.Option(True, "--bleu/--no-bleu", help="Report sacreBLEU BLEU and chrF."),
     by_length: bool = typer.Option(
