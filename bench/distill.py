@@ -5,21 +5,25 @@ teacher's translations; quality, and speed through `attn export` int8.
    --teacher-steps updates.
 2. `attn distill --run TEACHER --student-config ...`: the teacher translates its training sources
    with its beam search (the split made again: no validation or test source among them), and
-   writes the student's config (the built-in student.yaml: 6 encoder layers, 1 decoder layer).
+   writes the student's config (the built-in student.yaml: 6 encoder layers, 2 decoder layers,
+   greedy search).
 3. Students of the same size and budget (--student-steps updates): one on the distilled corpus,
    one on the teacher's own training pairs (the built-in corpus, the teacher's held-out sources
    left out). Both are validated and tested on the teacher's held-out files.
-4. BLEU of all three on the teacher's test split (`attn eval`, the config's beam search), and
+4. BLEU of all three on the teacher's test split (`attn eval`, each config's search: the
+   teacher's beam of 5, the students' greedy one), the teacher's also with greedy search; and
    sentences/s of each int8 export (`attn export --quantization int8`, CTranslate2, one thread)
    translating the test sources at batch 1 (--batch1-sentences of them, one per call) and at
-   batch 32, with the teacher's decode settings; medians of --repeats rounds taken in turn.
+   batch 32, with the same searches; medians of --repeats rounds taken in turn.
 
-    python3 -m bench.distill --teacher runs/en-zh --student-steps 1500 --json bench_results/distill.json
+    python3 -m bench.distill --teacher runs/en-zh --student-steps 2400 --json bench_results/distill.json
+    python3 -m bench.distill --teacher runs/en-zh --keep-distilled ...  # the distilled corpus of a run before
     python3 -m bench.distill --smoke --json /tmp/distill.json
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import tempfile
@@ -33,29 +37,31 @@ def settings(*pairs: str) -> list[str]:
     return [part for pair in pairs for part in ("--set", pair)]
 
 
-def bleu(checkpoint: Path, teacher: Path) -> float:
-    """BLEU of `checkpoint` on the teacher's test split."""
-    output = attn("eval", "--checkpoint", checkpoint, "--run", teacher)
+def bleu(checkpoint: Path, teacher: Path, *flags: str) -> float:
+    """BLEU of `checkpoint` on the teacher's test split, decoded as its config says (or `flags`)."""
+    output = attn("eval", "--checkpoint", checkpoint, "--run", teacher, *flags)
     return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
 
 
 def speeds(exports: dict[str, Path], sources: list[str], batch1: int, repeats: int) -> dict[str, dict]:
-    """Sentences/s of each export at batch 1 and at batch 32, measured in turn."""
+    """Sentences/s of each export at batch 1 and at batch 32, measured in turn, each with its own
+    config's decode settings ("greedy" in a name: the same with beam 1)."""
     from attn_cli.decoding.pipeline import translate
     from attn_cli.decoding.records import Source
     from attn_cli.engines.load import load_engine
 
     engines = {name: load_engine([], [], path, "cpu", threads=1) for name, path in exports.items()}
-    options = next(iter(engines.values())).config.decode  # the teacher's decode settings for all
 
-    def batches(engine, size: int, texts: list[str]):
+    def batches(engine, size: int, texts: list[str], greedy: bool):
+        options = dataclasses.replace(engine.config.decode, beam_size=1) if greedy else engine.config.decode
         return lambda: [
             translate(engine, [Source(t) for t in texts[i : i + size]], options) for i in range(0, len(texts), size)
         ]
 
     found: dict[str, dict] = {name: {} for name in exports}
     for size, texts in ((1, sources[:batch1]), (32, sources)):
-        seconds = alternate({name: batches(engine, size, texts) for name, engine in engines.items()}, repeats)
+        calls = {name: batches(engine, size, texts, "greedy" in name) for name, engine in engines.items()}
+        seconds = alternate(calls, repeats)
         for name, taken in seconds.items():
             found[name][f"batch {size}"] = round(len(texts) / median(taken), 1)
     return found
@@ -66,9 +72,14 @@ def main() -> None:
     arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench" / "distill")
     arguments.add_argument("--teacher", type=Path, help="a run of en-zh.yaml to distill (default: train one here)")
     arguments.add_argument("--teacher-steps", type=int, default=4722)
-    arguments.add_argument("--student-steps", type=int, default=1500)
+    arguments.add_argument("--student-steps", type=int, default=2400)
     arguments.add_argument("--batch1-sentences", type=int, default=200)
     arguments.add_argument("--repeats", type=int, default=3)
+    arguments.add_argument(
+        "--keep-distilled",
+        action="store_true",
+        help="keep the workdir's distilled corpus of an earlier run (attn distill goes on where it stopped)",
+    )
     args = arguments.parse_args()
     teacher_config, teacher_data, smoke = "en-zh.yaml", [], []
     if args.smoke:
@@ -84,9 +95,12 @@ def main() -> None:
         ]
         smoke += ["train.max_tokens=1024", "train.valid_bleu=false"]
         args.teacher = None
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    kept = args.workdir / "distilled.tsv" if args.keep_distilled else None
+    for entry in args.workdir.glob("*") if args.workdir.is_dir() else []:
+        if kept is None or not entry.name.startswith(kept.name):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     args.workdir = args.workdir.resolve()
-    args.workdir.mkdir(parents=True)
+    args.workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if args.teacher is None:
         args.teacher = args.workdir / "teacher"
@@ -145,6 +159,9 @@ def main() -> None:
     for name, run in runs.items():
         exports[name] = args.workdir / f"{run.name}-int8"
         attn("export", "--run", run, "--output", exports[name], "--quantization", "int8")
+    # The teacher searched greedily too, the way the students do: what the beam costs and gives.
+    quality["teacher, greedy"] = bleu(teacher / "checkpoints" / "best.pt", teacher, "--beam", "1")
+    exports["teacher, greedy"] = exports["teacher"]
     test_sources = (data / "test.en").read_text(encoding="utf-8").splitlines()
     speed = speeds(exports, test_sources, args.batch1_sentences, args.repeats)
 
@@ -160,7 +177,7 @@ def main() -> None:
             speed[name]["batch 32"],
             round(ratio(speed[name]["batch 1"], speed["teacher"]["batch 1"]), 2),
         ]
-        for name in runs
+        for name in ("teacher", "teacher, greedy", *list(runs)[1:])
     ]
     headers = ["model", "test BLEU", "int8 sentences/s, batch 1", "batch 32", "batch 1 vs teacher"]
     print(markdown_table(headers, rows))
@@ -171,6 +188,7 @@ def main() -> None:
         "student_steps": args.student_steps,
         "distilled_sources": len(sources),
         "distill_seconds": round(distill_seconds),
+        "distilled_corpus_kept": args.keep_distilled,
     }
     write_report(args.json, report, args)
 

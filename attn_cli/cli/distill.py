@@ -50,8 +50,8 @@ def distill(
     student_config: Optional[Path] = typer.Option(
         None,
         "--student-config",
-        help="Also write a config for a student (the built-in student.yaml: 6 encoder layers, 1 decoder "
-        "layer) that trains on the distilled corpus and is scored on the teacher's test split.",
+        help="Also write a config for a student (the built-in student.yaml: 6 encoder layers, 2 decoder "
+        "layers, greedy search) that trains on the distilled corpus and is scored on the teacher's test split.",
     ),
     student_run: Optional[Path] = typer.Option(
         None, "--student-run", help="The student config's run_dir (default: the teacher's, with -student)."
