@@ -156,13 +156,14 @@ def test_two_terms_begun_by_one_token_need_room_for_both():
 def test_no_word_continuation_follows_a_term(seed):
     model = lively_model(seed)
     src = random_source(4, 8, lengths=[8, 4, 6, 5])
-    continuations = frozenset(range(25, 50))  # as if these pieces glued onto the word before them
+    glued = frozenset(range(25, 50))  # as if these pieces glued onto the word before them
+    continuations = [glued, frozenset(), glued, frozenset()]  # rows into a spaced and an unspaced language
     found = constrained_beam_search(
         model, src, TERMS, SearchSettings(4, n_best=4, length_penalty=0.6, **SHORT), word_continuations=continuations
     )
     for row, outputs in enumerate(found):
         reference = reference_constrained_search(
-            model, unpadded(src, row), TERMS[row], 4, 0.6, 1.0, 6, 4, word_continuations=continuations
+            model, unpadded(src, row), TERMS[row], 4, 0.6, 1.0, 6, 4, word_continuations=continuations[row]
         )
         _same(outputs, reference)
         for h in outputs:
@@ -171,4 +172,4 @@ def test_no_word_continuation_follows_a_term(seed):
                 met_at = min(
                     i + len(a) for a in term for i in range(len(h.tokens)) if tuple(h.tokens[i : i + len(a)]) == a
                 )
-                assert met_at == len(h.tokens) or h.tokens[met_at] not in continuations
+                assert met_at == len(h.tokens) or h.tokens[met_at] not in continuations[row]

@@ -210,6 +210,32 @@ def test_translate_asks_for_the_target_and_refuses_without_one(both_ways_run):
     assert wrong.exit_code != 0 and "does not translate into 'de'" in wrong.output
 
 
+def test_a_glossary_keeps_each_outputs_own_word_rule(both_ways_run, monkeypatch):
+    """In a batch into English and Chinese, a term written into English must end its word and one
+    into Chinese need not (no spaces to end it): each row is searched with its own language's rule."""
+    import attn_cli.engines.pytorch as torch_engine
+    from attn_cli.decoding.glossary import Term, word_continuations
+    from attn_cli.decoding.pipeline import translate
+    from attn_cli.decoding.records import Source
+    from attn_cli.engines.load import load_engine
+
+    engine = load_engine([both_ways_run], [], None, "cpu")
+    searched = []
+    real = torch_engine.constrained_beam_search
+
+    def spy(model, src, terms, settings, prefix=None, word_continuations=()):
+        searched.extend(word_continuations)
+        return real(model, src, terms, settings, prefix, word_continuations)
+
+    monkeypatch.setattr(torch_engine, "constrained_beam_search", spy)
+    sources = [Source("我喜欢猫。", terms=(Term("猫", ("cat",)),), target="en")]
+    sources.append(Source("I like cats.", terms=(Term("cats", ("猫",)),), target="zh"))
+    translate(engine, sources, engine.config.decode)
+    english_rule = word_continuations(engine.tokenizers.target, "en")
+    assert english_rule and len(searched) == 2
+    assert searched == [english_rule, frozenset()]
+
+
 def test_eval_scores_each_direction_with_its_own_tokenizer(both_ways_run):
     result = cli("eval", "--run", both_ways_run, "--beam", "1")
     assert result.exit_code == 0, result.output

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 import torch
 
@@ -126,15 +126,18 @@ def constrained_beam_search(
     terms: Sequence[Sequence[TokenTerm]],
     settings: SearchSettings,
     prefix: Optional[torch.Tensor] = None,
-    word_continuations: Sequence[int] = (),
+    word_continuations: Sequence[Collection[int]] = (),
 ) -> list[list[Hypothesis]]:
     """`beam_search` (same arguments) where every output of row b of `src` holds each of `terms[b]`.
-    A row whose every hypothesis was ruled out gets an empty list. `word_continuations` are the
-    tokens that would glue onto the word before them (in a language written with spaces, pieces
-    that do not begin a word): none may follow a term's last token, so "cat" is not met by "cats"."""
+    A row whose every hypothesis was ruled out gets an empty list. `word_continuations[b]` are the
+    tokens that would glue onto the word before them in row b's output language (where words are
+    spaced, pieces that do not begin a word): none may follow a term's last token, so "cat" is not
+    met by "cats". None for any row when not given."""
     check_n_best(settings)
     if len(terms) != src.shape[0]:
         raise ValueError(f"{len(terms)} term lists for {src.shape[0]} sentences; give one per sentence")
+    if word_continuations and len(word_continuations) != src.shape[0]:
+        raise ValueError(f"{len(word_continuations)} word-continuation sets for {src.shape[0]} sentences")
     ensemble = Ensemble.of(model)
     prefix, floors, limits = prefix_and_bounds(src, prefix, ensemble.max_target_tokens, settings)
     search = BankedBeamState(ensemble, src, settings, floors, limits, prefix, terms, word_continuations)
@@ -153,11 +156,12 @@ class BankedBeamState(BeamState):
         limits,
         prefix,
         terms: Sequence[Sequence[TokenTerm]],
-        word_continuations: Sequence[int] = (),
+        word_continuations: Sequence[Collection[int]] = (),
     ):
         super().__init__(ensemble, src, settings, floors, limits, prefix)
-        self.word_continuations = torch.tensor(sorted(word_continuations), dtype=torch.long, device=src.device)
-        self.trackers: list[TermTracker] = []  # per live sentence
+        glued = word_continuations or [()] * src.shape[0]
+        self.glued = [torch.tensor(sorted(tokens), dtype=torch.long, device=src.device) for tokens in glued]
+        self.trackers: list[TermTracker] = []  # per live sentence, as `glued`
         self.states: list[TermState] = []  # per live hypothesis, rows as in `history`
         for row, (sentence_terms, limit) in enumerate(zip(terms, limits.tolist())):
             tracker, start = _fitting(sentence_terms, prefix[row].tolist(), limit)
@@ -172,9 +176,9 @@ class BankedBeamState(BeamState):
         if unfinished:
             log_probs[unfinished, EOS_ID] = float("-inf")
         # A term just written ends its word.
-        ended = [row for row, state in enumerate(self.states) if state.just_met]
-        if ended and self.word_continuations.numel():
-            log_probs[torch.tensor(ended, device=log_probs.device)[:, None], self.word_continuations] = float("-inf")
+        for row, state in enumerate(self.states):
+            if state.just_met and self.glued[row // k].numel():
+                log_probs[row, self.glued[row // k]] = float("-inf")
         row_scores = self.scores.view(-1)
         candidates = (row_scores[:, None] + log_probs).view(live, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=1)
@@ -232,6 +236,7 @@ class BankedBeamState(BeamState):
         super()._keep_sentences(kept)
         k = self.k
         self.trackers = [self.trackers[i] for i in kept.tolist()]
+        self.glued = [self.glued[i] for i in kept.tolist()]
         self.states = [state for i in kept.tolist() for state in self.states[i * k : (i + 1) * k]]
 
 

@@ -53,6 +53,13 @@ class TorchEngine:
         self.capabilities = Capabilities(
             name, "pytorch", prefix=True, terms=True, attention=len(models) == 1, output_rules=True, sampling=True
         )
+        self._glued_by_language: dict[str, frozenset[int]] = {}  # asked for by a glossary only
+
+    def _word_continuations(self, language: str) -> frozenset[int]:
+        """The target pieces that would glue onto the word before them in `language`."""
+        if language not in self._glued_by_language:
+            self._glued_by_language[language] = word_continuations(self.tokenizers.target, language)
+        return self._glued_by_language[language]
 
     @property
     def model(self) -> Transformer | Ensemble:
@@ -63,19 +70,16 @@ class TorchEngine:
         device = self.ensemble.device
         generator = torch.Generator(device=device).manual_seed(options.seed) if options.seed is not None else None
         settings = SearchSettings.of(options, output_constraints(self.tokenizers.target, options), self.lengths)
-        search = _Search(
-            self.model,
-            options,
-            dataclasses.replace(settings, stop=stop),
-            generator,
-            lambda: word_continuations(self.tokenizers.target, self.config.data.tgt_lang),
-        )
+        search = _Search(self.model, options, dataclasses.replace(settings, stop=stop), generator)
 
         def searcher(
             parts: Sequence[Part], terms: Optional[Sequence[Sequence[TokenTerm]]] = None
         ) -> list[list[Hypothesis]]:
             src = padded_sources([list(part.ids) for part in parts]).to(device)
-            return search.by_prefix_length(src, [part.prefix for part in parts], terms)
+            glued = None
+            if terms is not None:  # a glossary: what may not follow a term is each output language's
+                glued = [self._word_continuations(part.target or self.config.data.tgt_lang) for part in parts]
+            return search.by_prefix_length(src, [part.prefix for part in parts], terms, glued)
 
         return searcher
 
@@ -94,20 +98,24 @@ class TorchEngine:
 class _Search:
     """The configured search over batches of source ids."""
 
-    def __init__(self, model, options: DecodeConfig, settings: SearchSettings, generator, continuations):
+    def __init__(self, model, options: DecodeConfig, settings: SearchSettings, generator):
         self.model, self.options, self.settings, self.generator = model, options, settings, generator
-        self.continuations = continuations  # () -> the target's word continuations, asked for by a glossary only
 
     def by_prefix_length(
-        self, src: torch.Tensor, prefixes: Sequence[Sequence[int]], terms: Optional[Sequence[Sequence[TokenTerm]]]
+        self,
+        src: torch.Tensor,
+        prefixes: Sequence[Sequence[int]],
+        terms: Optional[Sequence[Sequence[TokenTerm]]],
+        glued: Optional[Sequence[frozenset[int]]] = None,
     ) -> list[list[Hypothesis]]:
-        """The search over one batch (B, S), each row's output forced to begin with its prefix ids.
+        """The search over one batch (B, S), each row's output forced to begin with its prefix ids;
+        with `terms`, each row's word continuations (`glued`, see `constrained_beam_search`).
 
         Rows whose prefixes differ in length are searched apart, one group per length: a search fills
         the cache with BOS and the prefix in one call and then moves every row one position per step,
         so its rows must stand at the same position. A group is exactly what its rows would be alone."""
         if not any(prefixes):
-            return self.rows(src, None, terms)
+            return self.rows(src, None, terms, glued)
         results: list[list[Hypothesis]] = [[] for _ in prefixes]
         by_length = sorted(range(len(prefixes)), key=lambda row: len(prefixes[row]))
         for length, group in groupby(by_length, key=lambda row: len(prefixes[row])):
@@ -116,17 +124,23 @@ class _Search:
             group_src = group_src[:, : int((group_src != PAD_ID).sum(dim=1).max())]  # no column of padding alone
             prefix = torch.tensor([list(prefixes[row]) for row in rows], dtype=torch.long, device=src.device)
             group_terms = None if terms is None else [terms[row] for row in rows]
-            for row, hypotheses in zip(rows, self.rows(group_src, prefix.view(len(rows), length), group_terms)):
+            group_glued = None if glued is None else [glued[row] for row in rows]
+            found = self.rows(group_src, prefix.view(len(rows), length), group_terms, group_glued)
+            for row, hypotheses in zip(rows, found):
                 results[row] = hypotheses
         return results
 
     def rows(
-        self, src: torch.Tensor, prefix: Optional[torch.Tensor], terms: Optional[Sequence[Sequence[TokenTerm]]]
+        self,
+        src: torch.Tensor,
+        prefix: Optional[torch.Tensor],
+        terms: Optional[Sequence[Sequence[TokenTerm]]],
+        glued: Optional[Sequence[frozenset[int]]] = None,
     ) -> list[list[Hypothesis]]:
         """Sampling, greedy (beam 1), beam or constrained beam search over (B, S), as the options say."""
         options, settings = self.options, self.settings
         if terms is not None:
-            return constrained_beam_search(self.model, src, terms, settings, prefix, self.continuations())
+            return constrained_beam_search(self.model, src, terms, settings, prefix, glued or ())
         if options.sample:
             choose = sampler(options.temperature, options.top_k, options.top_p, self.generator)
             samples = greedy_search(self.model, src, settings, prefix, choose=choose)
