@@ -19,13 +19,12 @@ would add does back-translated monolingual text recover?
 from __future__ import annotations
 
 import random
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench.toolkit import attn, markdown_table, parser, write_report
+from bench.toolkit import attn, eval_scores, markdown_table, parser, settings, write_report
 
 
 def write_halves(workdir: Path, max_pairs: int | None, valid_size: int, test_size: int) -> dict[str, int]:
@@ -55,10 +54,6 @@ def write_halves(workdir: Path, max_pairs: int | None, valid_size: int, test_siz
     return {name: len(pairs) for name, pairs in parts.items()}
 
 
-def settings(*pairs: str) -> list[str]:
-    return [part for pair in pairs for part in ("--set", pair)]
-
-
 def train(config: str, run: Path, corpora: str, held_out: list[str], budget: list[str]) -> float:
     shutil.rmtree(run, ignore_errors=True)
     started = time.perf_counter()
@@ -74,7 +69,7 @@ def train(config: str, run: Path, corpora: str, held_out: list[str], budget: lis
 def bleu(run: Path) -> float:
     """BLEU of `run`'s best checkpoint on its test split (test.tsv)."""
     output = attn("eval", "--checkpoint", run / "checkpoints" / "best.pt", "--run", run)
-    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+    return eval_scores(output)["bleu"]
 
 
 def main() -> None:

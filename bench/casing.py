@@ -14,13 +14,12 @@ after augmentation, the same budget each.
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench.toolkit import attn, markdown_table, parser, write_report
+from bench.toolkit import attn, eval_scores, markdown_table, parser, write_report
 
 VARIANTS = {"as it is": lambda text: text, "upper-cased": str.upper}
 
@@ -34,8 +33,7 @@ def title_case(text: str) -> str:
 def scores(run: Path, source: Path, reference: Path) -> dict:
     """BLEU and chrF of the run's best checkpoint on `source` against `reference`."""
     output = attn("eval", "--run", str(run), "--src", str(source), "--ref", str(reference))
-    found = dict(re.findall(r"^(BLEU|chrF) = ([\d.]+)", output, flags=re.MULTILINE))
-    return {name.lower(): float(value) for name, value in found.items()}
+    return eval_scores(output)
 
 
 def main() -> None:

@@ -27,14 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 import shutil
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from bench.toolkit import attn, markdown_table, parser, write_report
+from bench.toolkit import attn, eval_scores, markdown_table, parser, write_report
 
 # The noise, each kind as a share of the clean training pairs.
 NOISE_RATES = {
@@ -160,7 +159,7 @@ def removal_table(noisy_file: Path, kinds: list[str], valid: Path, test: Path) -
 
 def bleu(checkpoint: Path, src: Path, ref: Path) -> float:
     output = attn("eval", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref))
-    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+    return eval_scores(output)["bleu"]
 
 
 def main() -> None:

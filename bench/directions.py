@@ -18,13 +18,12 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench.toolkit import attn, markdown_table, parser, write_report
+from bench.toolkit import attn, eval_scores, markdown_table, parser, settings, write_report
 
 
 def write_split(workdir: Path, max_pairs: int | None, valid_size: int, test_size: int) -> dict[str, int]:
@@ -50,10 +49,6 @@ def corpus(workdir: Path, name: str, reverse_columns: bool) -> str:
     return f"{{path: '{workdir / f'{name}.tsv'}', {columns}}}"
 
 
-def settings(*pairs: str) -> list[str]:
-    return [part for pair in pairs for part in ("--set", pair)]
-
-
 def train(config: str, run: Path, data: list[str], budget: list[str]) -> float:
     shutil.rmtree(run, ignore_errors=True)
     started = time.perf_counter()
@@ -73,7 +68,7 @@ def bleu(run: Path, workdir: Path, source: str, target: str, multi: bool) -> flo
     output = attn(
         "eval", "--checkpoint", run / "checkpoints" / "best.pt", "--src", files[source], "--ref", files[target], *extra
     )
-    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+    return eval_scores(output)["bleu"]
 
 
 def main() -> None:

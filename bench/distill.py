@@ -24,23 +24,18 @@ teacher's translations; quality, and speed through `attn export` int8.
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench.toolkit import alternate, attn, markdown_table, median, parser, ratio, write_report
-
-
-def settings(*pairs: str) -> list[str]:
-    return [part for pair in pairs for part in ("--set", pair)]
+from bench.toolkit import alternate, attn, eval_scores, markdown_table, median, parser, ratio, settings, write_report
 
 
 def bleu(checkpoint: Path, teacher: Path, *flags: str) -> float:
     """BLEU of `checkpoint` on the teacher's test split, decoded as its config says (or `flags`)."""
     output = attn("eval", "--checkpoint", checkpoint, "--run", teacher, *flags)
-    return float(re.search(r"^BLEU = ([\d.]+)", output, flags=re.MULTILINE).group(1))
+    return eval_scores(output)["bleu"]
 
 
 def speeds(exports: dict[str, Path], sources: list[str], batch1: int, repeats: int) -> dict[str, dict]:

@@ -21,13 +21,12 @@ A base run already in --workdir is reused (and its time not measured); the fine-
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from bench.toolkit import attn, markdown_table, parser, write_report
+from bench.toolkit import attn, eval_scores, markdown_table, parser, settings, write_report
 
 
 def split_corpus(workdir: Path) -> tuple[Path, Path, int, int]:
@@ -61,13 +60,7 @@ def general_training_pairs(general: Path, base: Path) -> Path:
 def scores(checkpoint: Path, split_run: Path) -> dict:
     """BLEU and chrF of `checkpoint` on the test split of `split_run`."""
     output = attn("eval", "--checkpoint", str(checkpoint), "--run", str(split_run))
-    found = dict(re.findall(r"^(BLEU|chrF) = ([\d.]+)", output, flags=re.MULTILINE))
-    return {name.lower(): float(value) for name, value in found.items()}
-
-
-def settings(*pairs: str) -> list[str]:
-    """`--set KEY=VALUE` for each of `pairs`."""
-    return [part for pair in pairs for part in ("--set", pair)]
+    return eval_scores(output)
 
 
 def main() -> None:

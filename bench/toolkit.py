@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -323,6 +324,20 @@ def attn(*arguments: str, cwd: Optional[Path] = None) -> str:
             f"attn {' '.join(map(str, arguments))} failed ({result.returncode}):\n{result.stderr[-3000:]}"
         )
     return result.stdout
+
+
+def settings(*pairs: str) -> list[str]:
+    """`--set KEY=VALUE` for each of `pairs`: config overrides for `attn train`."""
+    return [part for pair in pairs for part in ("--set", pair)]
+
+
+def eval_scores(output: str) -> dict[str, float]:
+    """The corpus scores that `attn eval` printed ("BLEU = 28.66 ...", "chrF = ..."), by lower-case
+    name; the first of each where it printed several."""
+    found: dict[str, float] = {}
+    for name, value in re.findall(r"^(BLEU|chrF) = ([\d.]+)", output, flags=re.MULTILINE):
+        found.setdefault(name.lower(), float(value))
+    return found
 
 
 def tiny_run(directory: Path, steps: int = 30) -> Path:
