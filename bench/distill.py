@@ -38,6 +38,34 @@ def bleu(checkpoint: Path, teacher: Path, *flags: str) -> float:
     return eval_scores(output)["bleu"]
 
 
+def distilled_against_corpus(teacher: Path, distilled: Path) -> dict:
+    """How far the distilled corpus is from the corpus it was made from: BLEU of the teacher's
+    translations against the corpus's own references (the same training pairs, in order), the share
+    translated word for word, and their length ratio."""
+    import sacrebleu
+
+    from attn_cli.config import load_config
+    from attn_cli.data.split import split_corpus
+    from attn_cli.languages import bleu_tokenizer
+
+    data = load_config(teacher / "config.yaml").data
+    split = split_corpus(data)
+    pairs = [
+        pair
+        for number, pair in split.directed_train_pairs()
+        if data.directed_corpora[number].direction == data.languages
+    ]
+    rows = [line.split("\t") for line in distilled.read_text(encoding="utf-8").splitlines()]
+    assert [source for source, _ in pairs] == [row[0] for row in rows], "the distilled sources are not the corpus's"
+    translations, references = [row[1] for row in rows], [target for _, target in pairs]
+    score = sacrebleu.corpus_bleu(translations, [references], tokenize=bleu_tokenizer(data.tgt_lang))
+    return {
+        "bleu": round(score.score, 2),
+        "identical": round(sum(a == b for a, b in zip(translations, references)) / len(rows), 3),
+        "length_ratio": round(score.sys_len / score.ref_len, 3),
+    }
+
+
 def speeds(exports: dict[str, Path], sources: list[str], batch1: int, repeats: int) -> dict[str, dict]:
     """Sentences/s of each export at batch 1 and at batch 32, measured in turn, each with its own
     config's decode settings ("greedy" in a name: the same with beam 1)."""
@@ -129,6 +157,7 @@ def main() -> None:
         *(["--max-len-a", "0", "--max-len-b", "8", "--beam", "1", "--original-weight", "1"] if args.smoke else []),
     )
     distill_seconds = time.perf_counter() - started
+    against_corpus = distilled_against_corpus(teacher, distilled)
     held_out = {
         line for split in ("valid", "test") for line in (teacher / "data" / f"{split}.en").read_text().splitlines()
     }
@@ -163,6 +192,7 @@ def main() -> None:
     print(
         f"\nteacher {teacher} ({teacher_seconds / 60:.0f} min here); {len(sources):,} sources distilled in "
         f"{distill_seconds / 60:.1f} min; students {args.student_steps:,} updates each\n"
+        f"the distilled corpus against the corpus's references: {against_corpus}\n"
     )
     rows = [
         [
@@ -184,6 +214,7 @@ def main() -> None:
         "distilled_sources": len(sources),
         "distill_seconds": round(distill_seconds),
         "distilled_corpus_kept": args.keep_distilled,
+        "distilled_against_corpus": against_corpus,
     }
     write_report(args.json, report, args)
 
