@@ -66,6 +66,35 @@ def distilled_against_corpus(teacher: Path, distilled: Path) -> dict:
     }
 
 
+def step_costs(exports: dict[str, Path], sources: list[str], repeats: int) -> dict[str, dict]:
+    """Where a batch-1 greedy translation's time goes in each export, CTranslate2 alone (one thread):
+    milliseconds to the first output token (the encoder and one decoder step), per further token,
+    and the output tokens per sentence. Medians of `repeats` rounds taken in turn."""
+    from attn_cli.engines.load import load_engine
+
+    engines = {name: load_engine([], [], path, "cpu", threads=1) for name, path in exports.items()}
+
+    def greedy(engine, limit: int):
+        pieces = [engine.tokenizers.source.id_to_piece(ids) for ids in engine.tokenizers.encode_sources(sources)]
+        translate = engine.translator.translate_batch
+        return lambda: [
+            translate([one], beam_size=1, max_input_length=0, max_decoding_length=limit)[0] for one in pieces
+        ]
+
+    calls = {(name, limit): greedy(engine, limit) for name, engine in engines.items() for limit in (1, 256)}
+    seconds = {key: median(taken) for key, taken in alternate(calls, repeats).items()}
+    found = {}
+    for name in engines:
+        tokens = sum(len(result.hypotheses[0]) for result in calls[name, 256]()) / len(sources)
+        first, whole = seconds[name, 1], seconds[name, 256]
+        found[name] = {
+            "first token ms": round(1000 * first / len(sources), 3),
+            "further token ms": round(1000 * (whole - first) / len(sources) / max(tokens - 1, 1e-9), 3),
+            "output tokens": round(tokens, 2),
+        }
+    return found
+
+
 def speeds(exports: dict[str, Path], sources: list[str], batch1: int, repeats: int) -> dict[str, dict]:
     """Sentences/s of each export at batch 1 and at batch 32, measured in turn, each with its own
     config's decode settings ("greedy" in a name: the same with beam 1)."""
@@ -188,6 +217,8 @@ def main() -> None:
     exports["teacher, greedy"] = exports["teacher"]
     test_sources = (data / "test.en").read_text(encoding="utf-8").splitlines()
     speed = speeds(exports, test_sources, args.batch1_sentences, args.repeats)
+    del exports["teacher, greedy"]
+    costs = step_costs(exports, test_sources[: args.batch1_sentences], args.repeats)
 
     print(
         f"\nteacher {teacher} ({teacher_seconds / 60:.0f} min here); {len(sources):,} sources distilled in "
@@ -206,9 +237,12 @@ def main() -> None:
     ]
     headers = ["model", "test BLEU", "int8 sentences/s, batch 1", "batch 32", "batch 1 vs teacher"]
     print(markdown_table(headers, rows))
+    headers = ["model, greedy, batch 1", "ms to the first token", "ms per further token", "tokens per sentence"]
+    print("\n" + markdown_table(headers, [[name, *cost.values()] for name, cost in costs.items()]))
     report = {
         "bleu": quality,
         "sentences_per_second": speed,
+        "greedy_step_costs": costs,
         "teacher": str(teacher),
         "student_steps": args.student_steps,
         "distilled_sources": len(sources),
