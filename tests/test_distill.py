@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from attn_cli.cli.app import app
-from attn_cli.config import CorpusConfig, load_config
+from attn_cli.config import CorpusConfig, builtin_configs, load_config
 from attn_cli.data.corpus import read_corpus
 
 GREEDY = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "8"]
@@ -67,7 +67,8 @@ def test_the_teacher_translates_its_training_sources_into_a_corpus_and_a_student
     trained = cli("train", "--config", student, "--set", "train.max_steps=2", "--set", "train.valid_bleu=false")
     assert trained.exit_code == 0, trained.output
     student_config = load_config(student)
-    assert (student_config.model.encoder_layers, student_config.model.decoder_layers) == (6, 1)
+    assert student_config.model == load_config(builtin_configs()["student.yaml"]).model  # the built-in shape
+    assert student_config.decode == load_config(builtin_configs()["student.yaml"]).decode
     assert [(c.label, c.weight, c.split) for c in student_config.data.corpora] == [
         ("distilled", 1.0, False),
         ("tatoeba-cmn-eng", 0.5, False),
