@@ -23,7 +23,7 @@ from typing import Any, Literal, NoReturn, Optional, Union
 
 import yaml
 
-from attn_cli.languages import Direction, primary_subtag, target_tag
+from attn_cli.languages import Direction, primary_subtag, target_tag, unwritten_target
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -366,8 +366,7 @@ class DataConfig:
             for direction in self.directions:
                 if match(direction.target):
                     return direction
-        targets = ", ".join(self.target_languages)
-        raise ConfigError(f"this model does not translate into {target!r}; it translates into {targets}", "target")
+        raise ConfigError(unwritten_target(self.target_languages, target), "target")
 
     @property
     def target_languages(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ languages of an exported Argos Translate package.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Sequence
 
 # ISO 639-1 codes of the languages written without spaces: Chinese, Japanese, Thai, Lao, Khmer,
 # Burmese, Tibetan.
@@ -37,6 +37,15 @@ def target_tag(code: str) -> str:
     """The piece put before a source to ask a multi-target model for language `code`: the >>xx<<
     convention of OPUS-MT and fairseq's multilingual models."""
     return f">>{code}<<"
+
+
+def unwritten_target(targets: Sequence[str], target: Optional[str]) -> str:
+    """What to say when a source asks for `target` of a model that writes `targets` and not it
+    (None: the source asked for none, and a model of several targets must be told which)."""
+    choices = ", ".join(targets)
+    if target is None:
+        return f"this model translates into {choices}: say which"
+    return f"this model does not translate into {target!r}; it translates into {choices}"
 
 
 def primary_subtag(code: str) -> str:

@@ -31,6 +31,7 @@ import sentencepiece as spm
 from attn_cli.config import TokenizerConfig
 from attn_cli.errors import UserError
 from attn_cli.files import write_whole
+from attn_cli.languages import unwritten_target
 from attn_cli.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # Below this many texts, SentencePiece is called once per text rather than with the list (its
@@ -217,10 +218,8 @@ class Tokenizers:
 
     def unknown_target(self, target: Optional[str]) -> str:
         """What to say of a target language this model does not write (None: none was asked for)."""
-        choices = ", ".join(self.target_tags)
-        if target is None:
-            return f'this model translates into {choices}: say which (--target, or a "target" field)'
-        return f"this model does not translate into {target!r}; it translates into {choices}"
+        found = unwritten_target(list(self.target_tags), target)
+        return f'{found} (--target, or a "target" field)' if target is None else found
 
     def decode_sources(self, rows: Sequence[Sequence[int]]) -> list[str]:
         """The texts of source ids as `encode_sources` takes them: the source prefix left out (it

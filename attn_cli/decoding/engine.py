@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from attn_cli.languages import unwritten_target
+
 if TYPE_CHECKING:
     from attn_cli.config import Config, DecodeConfig
     from attn_cli.data.lengths import LengthModel
@@ -110,10 +112,9 @@ def target_refusals(engine: Engine, sources: Sequence[Source], required: bool = 
     from attn_cli.config import ConfigError
 
     data = engine.config.data
-    targets = ", ".join(data.target_languages)
     for source in sources:
         if source.target is None and required and engine.tokenizers.multi_target:
-            return [Refusal("target", f"this model translates into {targets}: say which", "target")]
+            return [Refusal("target", unwritten_target(data.target_languages, None), "target")]
         if source.target is not None:
             try:
                 data.direction_into(source.target)
