@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attn_cli.training import precision as precision_module
-from attn_cli.training.precision import cpu_bf16_flags, resolve_precision
+from attn_cli.training.precision import cpu_bf16_flags, resolve_precision, slow_here
 
 CPU = torch.device("cpu")
 
@@ -28,6 +28,31 @@ def test_auto_on_a_cpu_picks_bf16_only_with_native_bf16(monkeypatch):
     assert with_amx.name == "bf16" and "amx_bf16" in with_amx.describe()
     monkeypatch.setattr(precision_module, "cpu_bf16_flags", lambda: [])
     assert resolve_precision("auto", CPU).name == "fp32"
+
+
+def test_auto_never_picks_what_the_device_would_emulate(monkeypatch):
+    for flags in ([], ["avx512_bf16"]):
+        monkeypatch.setattr(precision_module, "cpu_bf16_flags", lambda flags=flags: flags)
+        assert not slow_here(resolve_precision("auto", CPU).name, CPU)
+        assert bool(slow_here("bf16", CPU)) is not bool(flags)
+        assert slow_here("fp16", CPU) and not slow_here("fp32", CPU)
+    for capability in ((7, 5), (8, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        cuda = torch.device("cuda")
+        assert not slow_here(resolve_precision("auto", cuda).name, cuda)
+        assert bool(slow_here("bf16", cuda)) is (capability < (8, 0)) and not slow_here("fp16", cuda)
+
+
+def test_training_in_an_emulated_precision_says_so_and_what_to_set(monkeypatch, tmp_path):
+    from support.runs import train_tiny
+
+    monkeypatch.setattr(precision_module, "cpu_bf16_flags", lambda: [])
+    result = train_tiny(tmp_path / "run", "train.precision=bf16", "train.max_steps=1", "train.valid_bleu=false")
+    assert result.exit_code == 0, result.output
+    assert "warning: train.precision bf16 runs many times slower" in result.output
+    assert "set train.precision: auto (fp32)" in result.output
+    quiet = train_tiny(tmp_path / "fp32", "train.max_steps=1", "train.valid_bleu=false")
+    assert "warning: train.precision" not in quiet.output
 
 
 @pytest.mark.parametrize("capability, expected", [((8, 0), "bf16"), ((9, 0), "bf16"), ((7, 5), "fp16")])

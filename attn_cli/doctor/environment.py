@@ -17,7 +17,7 @@ from attn_cli.config import Config, ConfigError
 from attn_cli.device import resolve_device
 from attn_cli.doctor.checks import Check
 from attn_cli.training.memory import estimate_step_memory, gigabytes, memory_advice
-from attn_cli.training.precision import cpu_bf16_flags, resolve_precision
+from attn_cli.training.precision import cpu_bf16_flags, resolve_precision, slow_here
 
 SECTION = "environment"
 
@@ -66,9 +66,8 @@ def _precision(cfg: Config, device: torch.device) -> Check:
     """What reduced precision the device runs fast, and whether train.precision asks for a slow one."""
     auto = resolve_precision("auto", device)
     if device.type == "cuda":
-        fast_bf16 = torch.cuda.get_device_capability(device)[0] >= 8
+        fast_bf16 = not slow_here("bf16", device)
         support = f"bf16 {'fast' if fast_bf16 else 'emulated (slow)'}, fp16 fast (with loss scaling)"
-        slow = {"bf16"} if not fast_bf16 else set()
     else:
         flags = cpu_bf16_flags()
         support = (
@@ -77,11 +76,10 @@ def _precision(cfg: Config, device: torch.device) -> Check:
             else f"bf16 emulated (no AMX or AVX-512 BF16; CPU capability {torch.backends.cpu.get_cpu_capability()})"
         )
         support += "; fp16 slow on CPUs"
-        slow = {"fp16"} | (set() if flags else {"bf16"})
     chosen = resolve_precision(cfg.train.precision, device).name
     found = f"train.precision: {cfg.train.precision}; {support}; auto picks {auto.name}"
     numbers = {"precision": chosen, "auto": auto.name}
-    if chosen in slow:
+    if slow_here(chosen, device):
         return Check(
             SECTION,
             "precision",

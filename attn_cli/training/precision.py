@@ -48,6 +48,22 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     return [flag for flag in _CPU_BF16_FLAGS if flag in flags]
 
 
+def slow_here(name: str, device: torch.device) -> str:
+    """Why precision `name` runs slowly on `device` (its arithmetic emulated), or "" where it runs fast."""
+    if name == "fp32":
+        return ""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if name == "bf16" and major < 8:
+            return f"CUDA compute capability {major}.{minor} emulates bf16"
+        return ""
+    if name == "fp16":
+        return "CPUs emulate fp16"
+    if device.type == "cpu" and not cpu_bf16_flags():
+        return f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AMX or AVX-512 BF16 and emulates bf16"
+    return ""
+
+
 def resolve_precision(setting: str, device: torch.device) -> Precision:
     """The precision to run for `train.precision` on `device`."""
     if setting != "auto":

@@ -26,7 +26,7 @@ from attn_cli.files import remove_stale_temporaries, write_whole
 from attn_cli.model import Transformer
 from attn_cli.paths import RunPaths
 from attn_cli.training.distributed import SINGLE_PROCESS, Ranks
-from attn_cli.training.precision import Precision, resolve_precision
+from attn_cli.training.precision import Precision, resolve_precision, slow_here
 from attn_cli.training.progress import TrainingDisplay
 from attn_cli.training.state import (
     StartingPoint,
@@ -292,6 +292,13 @@ def _log_setup(setup: TrainingSetup) -> None:
         f"model: {parameters / 1e6:.1f}M parameters on {setup.device}, "
         f"{setup.precision.describe()}; {len(setup.train_examples):,} training pairs"
     )
+    slow = slow_here(setup.precision.name, setup.device)
+    if slow:  # emulated arithmetic: a run that would take minutes takes hours
+        fast = resolve_precision("auto", setup.device).name
+        setup.display.log(
+            f"warning: train.precision {setup.precision.name} runs many times slower than it should here: {slow}; "
+            f"set train.precision: auto ({fast})"
+        )
     train = setup.cfg.train
     shared = f", shared by {setup.ranks.world_size} processes" if setup.ranks.distributed else ""
     setup.display.log(
