@@ -6,6 +6,32 @@ import torch
 from support.runs import save_random_checkpoint, train_tiny
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="where the searches' equivalence tests run (the `device` fixture): cpu (default) or cuda; "
+        "bench/gpu_checks.py runs them with --device cuda",
+    )
+
+
+def pytest_configure(config):
+    device = config.getoption("--device")
+    if device not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"--device {device}: choose cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(
+            f"--device cuda: torch {torch.__version__} sees no CUDA device here; leave --device out"
+        )
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    """The device of `pytest --device` (cpu by default): the searches' equivalences (cached =
+    uncached, beam 1 = greedy, batched = reference) hold on every device attn decodes on."""
+    return torch.device(request.config.getoption("--device"))
+
+
 @pytest.fixture(autouse=True)
 def _seeded_and_threads_restored():
     """Each test starts from seed 0, and leaves torch's thread count as it found it: a training

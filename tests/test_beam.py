@@ -21,9 +21,9 @@ def _assert_same_hypotheses(batched, reference):
 
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("beam_size,alpha", [(2, 0.0), (3, 0.6), (5, 1.0), (4, -0.5)])
-def test_batched_beam_search_equals_the_reference_search(seed, beam_size, alpha):
-    model = lively_model(seed)
-    src = random_source(4, 8, lengths=[8, 3, 6, 5])
+def test_batched_beam_search_equals_the_reference_search(seed, beam_size, alpha, device):
+    model = lively_model(seed).to(device)
+    src = random_source(4, 8, lengths=[8, 3, 6, 5]).to(device)
     batched = beam_search(
         model, src, SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, max_len_a=1.0, max_len_b=5)
     )
@@ -44,9 +44,9 @@ def test_beam_search_over_the_cache_equals_the_reference_search_with_relative_po
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_beam_of_one_is_greedy_decoding(seed):
-    model = lively_model(seed)
-    src = random_source(5, 9, lengths=[9, 2, 5, 7, 4])
+def test_beam_of_one_is_greedy_decoding(seed, device):
+    model = lively_model(seed).to(device)
+    src = random_source(5, 9, lengths=[9, 2, 5, 7, 4]).to(device)
     beam = beam_search(model, src, SearchSettings(beam_size=1, length_penalty=0.0, max_len_a=1.0, max_len_b=6))
     greedy = greedy_search(model, src, SearchSettings(max_len_a=1.0, max_len_b=6))
     for beam_hypotheses, greedy_hypotheses in zip(beam, greedy):

@@ -32,9 +32,9 @@ def _same(batched, reference):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("beam_size,alpha", [(2, 0.0), (4, 0.6), (6, 1.0)])
-def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha):
-    model = lively_model(seed)
-    src = random_source(4, 8, lengths=[8, 4, 6, 5])
+def test_constrained_search_equals_the_reference_search(seed, beam_size, alpha, device):
+    model = lively_model(seed).to(device)
+    src = random_source(4, 8, lengths=[8, 4, 6, 5]).to(device)
     batched = constrained_beam_search(
         model, src, TERMS, SearchSettings(beam_size, n_best=beam_size, length_penalty=alpha, **SHORT)
     )

@@ -49,10 +49,11 @@ def reference_beam_search(
     for step in range(limit + 1):
         candidates = []
         for tokens, log_prob in beam:
-            history = torch.tensor([[BOS_ID] + tokens])
+            history = torch.tensor([[BOS_ID] + tokens], device=src.device)
             # the whole history, every step, without a cache
-            next_log_probs = model.next_log_probs(history, encoded, None, torch.tensor([step >= limit]), exact=False)[0]
-            totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs  # float32, as batched
+            at_limit = torch.tensor([step >= limit], device=src.device)
+            next_log_probs = model.next_log_probs(history, encoded, None, at_limit, exact=False)[0]
+            totals = torch.tensor(log_prob, dtype=torch.float32, device=src.device) + next_log_probs  # as batched
             for token, total in enumerate(totals.tolist()):
                 if total != float("-inf"):
                     candidates.append((total, tokens, token))
@@ -153,14 +154,15 @@ def reference_constrained_search(
         extensions = []  # (total, origin, token)
         extra = set()
         for origin, (tokens, log_prob) in enumerate(beam):
-            history = torch.tensor([[BOS_ID] + tokens])
-            next_log_probs = model.next_log_probs(history, encoded, None, torch.tensor([step >= limit]), exact=False)[0]
+            history = torch.tensor([[BOS_ID] + tokens], device=src.device)
+            at_limit = torch.tensor([step >= limit], device=src.device)
+            next_log_probs = model.next_log_probs(history, encoded, None, at_limit, exact=False)[0]
             if not all(plain.met(tokens)):
                 next_log_probs[EOS_ID] = float("-inf")
             if plain.just_met(tokens):
                 for token in word_continuations:
                     next_log_probs[token] = float("-inf")
-            totals = torch.tensor(log_prob, dtype=torch.float32) + next_log_probs
+            totals = torch.tensor(log_prob, dtype=torch.float32, device=src.device) + next_log_probs
             values = totals.tolist()
             extensions += [(total, origin, token) for token, total in enumerate(values)]
             best = max(range(len(values)), key=lambda t: (next_log_probs[t].item(), -t))
