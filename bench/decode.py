@@ -3,8 +3,9 @@
 Every system decodes the same random source ids with a randomly initialised model of the same
 size (no checkpoint, no hub access) and is forced to produce exactly --new-tokens tokens per
 sentence, EOS suppressed, so all do the same number of decoder steps. The CTranslate2 models are
-converted from the Transformers one, to float32 and to int8. Prints a table of median tokens/s
-and writes everything as JSON (by default bench_results/decode.json). Needs `transformers`;
+converted from the Transformers one, to float32 and to int8 (on a GPU, --device cuda: float16
+and int8_float16). Prints a table of median tokens/s and writes everything as JSON (by default
+bench_results/decode.json). Needs `transformers`;
 CTranslate2 is used where it imports, and reported as unavailable where it does not.
 
     python3 -m bench.decode                                   # both sizes, greedy and beam 5, batch 1 and 32
@@ -12,6 +13,7 @@ CTranslate2 is used where it imports, and reported as unavailable where it does 
     python3 -m bench.decode --modes beam5 --batch-sizes 32 --json bench_results/beam.json
     python3 -m bench.decode --cache-ablation                  # also ours greedy without the KV cache
     python3 -m bench.decode --profile                         # where ours spends beam-5 batch-32 time
+    python3 -m bench.decode --device cuda --batch-sizes 1 64  # on a GPU: CTranslate2 float16 and int8_float16
     python3 -m bench.decode --smoke --json /tmp/decode.json   # seconds: checks that it runs
 """
 
@@ -52,7 +54,8 @@ SIZES = {
     "base": {"d_model": 512, "num_heads": 8, "ffn_dim": 2048, "layers": 6},
 }
 BEAM_SIZES = {"greedy": 1, "beam5": 5}
-CT2_QUANTIZATIONS = ("float32", "int8")
+# CTranslate2's weight types timed on each device; the first is the one ours is compared with.
+CT2_QUANTIZATIONS = {"cpu": ("float32", "int8"), "cuda": ("float16", "int8_float16")}
 
 # Token strings, for CTranslate2, which reads and writes strings. Its Marian converter takes the
 # last token for the "<pad>" that Transformers appends to Marian vocabularies and drops it along
@@ -78,7 +81,7 @@ class Ours:
         self.model, self.new_tokens, self.use_cache = model, new_tokens, use_cache
 
     def prepare(self, src: torch.Tensor) -> torch.Tensor:
-        return src
+        return src.to(self.model.output_weight.device)
 
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
         if beam_size == 1:
@@ -106,7 +109,7 @@ class HuggingFace:
         self.model, self.new_tokens = model, new_tokens
 
     def prepare(self, src: torch.Tensor) -> torch.Tensor:
-        return src
+        return src.to(self.model.device)
 
     @torch.inference_mode()
     def decode(self, src: torch.Tensor, beam_size: int) -> Outputs:
@@ -164,14 +167,16 @@ def build_marian(size: str) -> MarianMTModel:
     return model
 
 
-def ctranslate2_system(hf_dir: Path, quantization: str, new_tokens: int, threads: int, workdir: Path) -> System | str:
+def ctranslate2_system(
+    hf_dir: Path, quantization: str, new_tokens: int, threads: int, workdir: Path, device: str = "cpu"
+) -> System | str:
     """A CTranslate2 conversion of the saved Transformers model; the reason where it fails."""
     if ctranslate2 is None:
         return CT2_MISSING
     try:
         converter = ctranslate2.converters.TransformersConverter(str(hf_dir))
         model_dir = converter.convert(str(workdir / f"ct2_{quantization}_{threads}"), quantization=quantization)
-        translator = ctranslate2.Translator(model_dir, device="cpu", intra_threads=threads, inter_threads=1)
+        translator = ctranslate2.Translator(model_dir, device=device, intra_threads=threads, inter_threads=1)
     except Exception as error:  # noqa: BLE001 - whatever fails is reported in the table
         return f"conversion failed: {type(error).__name__}: {error}"
     return CTranslate2(translator, new_tokens)
@@ -280,8 +285,8 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     results: list[dict] = [{} for _ in cases]
     marian = build_marian(size)
     torch_systems: dict[str, System] = {
-        "ours": Ours(build_ours(size), args.new_tokens),
-        "hf": HuggingFace(marian, args.new_tokens),
+        "ours": Ours(build_ours(size).to(args.device), args.new_tokens),
+        "hf": HuggingFace(marian.to(args.device), args.new_tokens),
     }
     if args.cache_ablation:
         torch_systems["ours_uncached"] = Ours(torch_systems["ours"].model, args.new_tokens, use_cache=False)
@@ -291,11 +296,15 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             report(size, mode, batch, name, case_results[name])
     info = {**SIZES[size], "ct2_compute_types": {}, "ct2_float32_greedy_agreement_with_hf": None}
     args.workdir.mkdir(parents=True, exist_ok=True)
+    quantizations = CT2_QUANTIZATIONS[args.device]
+    thread_counts = sorted({1, args.threads}) if args.device == "cpu" else [1]  # a GPU decodes on its own
     with tempfile.TemporaryDirectory(prefix="bench_decode_", dir=args.workdir) as workdir:
-        save_for_conversion(marian, Path(workdir) / "hf")
-        for quantization, threads in itertools.product(CT2_QUANTIZATIONS, sorted({1, args.threads})):
+        save_for_conversion(marian.cpu(), Path(workdir) / "hf")
+        for quantization, threads in itertools.product(quantizations, thread_counts):
             name = f"ct2_{quantization}"
-            system = ctranslate2_system(Path(workdir) / "hf", quantization, args.new_tokens, threads, Path(workdir))
+            system = ctranslate2_system(
+                Path(workdir) / "hf", quantization, args.new_tokens, threads, Path(workdir), args.device
+            )
             for (mode, batch, src), case_results in zip(cases, results):
                 result = {
                     **measure(system, src, BEAM_SIZES[mode], args.new_tokens, args.repeats),
@@ -307,6 +316,7 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             if isinstance(system, CTranslate2):
                 info["ct2_compute_types"][name] = system.translator.compute_type
                 if quantization == "float32":
+                    marian.to(args.device)
                     info["ct2_float32_greedy_agreement_with_hf"] = ct2_agreement(
                         torch_systems["hf"], system, random_sources(4, args.source_length)
                     )
@@ -319,7 +329,7 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             "batch": batch,
             "results": case_results,
             "ours_over_hf": speed_ratio(case_results, "ours", "hf"),
-            "ours_over_ct2_float32": speed_ratio(case_results, "ours", "ct2_float32"),
+            f"ours_over_ct2_{quantizations[0]}": speed_ratio(case_results, "ours", f"ct2_{quantizations[0]}"),
         }
         for (mode, batch, _), case_results in zip(cases, results)
     ]
@@ -337,21 +347,10 @@ def describe(result: dict) -> str:
 # --- reporting
 
 
-def print_table(rows: list[dict], cache_ablation: bool) -> None:
+def print_table(rows: list[dict], cache_ablation: bool, quantizations: tuple[str, ...]) -> None:
     """The table of every case (empty cells: n/a, with the reasons listed below it)."""
-    headers = [
-        "size",
-        "mode",
-        "batch",
-        "ours tok/s",
-        "ours ms/sent",
-        "HF tok/s",
-        "HF ms/sent",
-        "ours/HF",
-        "CT2-f32 tok/s",
-        "CT2-int8 tok/s",
-        "ours/CT2-f32",
-    ]
+    headers = ["size", "mode", "batch", "ours tok/s", "ours ms/sent", "HF tok/s", "HF ms/sent", "ours/HF"]
+    headers += [f"CT2-{quantization} tok/s" for quantization in quantizations] + [f"ours/CT2-{quantizations[0]}"]
     if cache_ablation:
         headers.append("uncached tok/s")
     notes: dict[str, list[str]] = {}
@@ -370,9 +369,8 @@ def print_table(rows: list[dict], cache_ablation: bool) -> None:
             number(results["hf"], "tokens_per_s"),
             number(results["hf"], "ms_per_sentence", 1),
             rounded(row["ours_over_hf"]),
-            number(results["ct2_float32"], "tokens_per_s"),
-            number(results["ct2_int8"], "tokens_per_s"),
-            rounded(row["ours_over_ct2_float32"]),
+            *(number(results[f"ct2_{quantization}"], "tokens_per_s") for quantization in quantizations),
+            rounded(row[f"ours_over_ct2_{quantizations[0]}"]),
         ]
         if cache_ablation:
             line.append(number(results["ours_uncached"], "tokens_per_s"))
@@ -401,6 +399,7 @@ def report_of(args: argparse.Namespace, rows: list[dict], sizes: dict) -> dict:
             "ctranslate2": ctranslate2.__version__ if ctranslate2 else None,
         },
         "threads": args.threads,
+        "device": args.device,
         "repeats": args.repeats,
         "new_tokens": args.new_tokens,
         "source_length": args.source_length,
@@ -437,6 +436,9 @@ def main() -> None:
     )
     arguments.add_argument("--cache-ablation", action="store_true", help="also time ours greedy without the KV cache")
     arguments.add_argument(
+        "--device", choices=list(CT2_QUANTIZATIONS), default="cpu", help="where every system decodes"
+    )
+    arguments.add_argument(
         "--profile",
         action="store_true",
         help="only profile ours (small, beam 5, batch 32) and print the top ops by self CPU time",
@@ -467,13 +469,14 @@ def main() -> None:
         rows += size_rows
     print(
         f"decoding {args.new_tokens} new tokens per sentence from {args.source_length}-token sources, "
-        f"vocabulary {VOCAB}, {args.threads} threads, median of {args.repeats}; ratios > 1: ours is faster"
+        f"vocabulary {VOCAB}, {args.threads} threads, on {args.device}, median of {args.repeats}; "
+        "ratios > 1: ours is faster"
     )
     for size, info in sizes.items():
         share = info["ct2_float32_greedy_agreement_with_hf"]
         if share is not None:
             print(f"{size}: CTranslate2 float32 and Transformers agree on {share:.1%} of greedy tokens")
-    print_table(rows, args.cache_ablation)
+    print_table(rows, args.cache_ablation, CT2_QUANTIZATIONS[args.device])
     write_report(args.json, report_of(args, rows, sizes), args)
 
 

@@ -1,120 +1,122 @@
 #!/usr/bin/env bash
-# A check of training on a CUDA GPU, in at most 5 minutes: the base size (d_model 512, 8 heads,
-# FFN 2048, 6+6 layers, vocabulary 8000) trained for STEPS steps (default 300) on random
-# length-bucketed batches of MAX_TOKENS (default 4096) tokens, in bf16 and in fp16 (with loss
-# scaling), each with and without gradient checkpointing, through our TrainingStep. For each it
-# prints real tokens/s (source + target, padding excluded, after WARMUP steps), the peak CUDA
-# memory (torch.cuda.max_memory_allocated), the first and last loss, skipped non-finite steps, and
-# which scaled_dot_product_attention kernel ran (from the profiler's op names of one step).
+# attn's GPU path checked and measured on one CUDA machine in about eleven minutes: two device calls
+# of under ten (PARTS below). Each part runs under its own time limit: one that runs over is stopped,
+# the log says so, and the next one runs.
 #
-#     bash bench/gpu_check.sh
-#     STEPS=100 bash bench/gpu_check.sh
+#   checks  python3 -m bench.gpu_checks: a PASS/FAIL line each for autocast training, gradient
+#           checkpointing, the attention kernels, the searches' equivalences, exact resume,
+#           torch.compile, torchrun, attn doctor and attn serve on CUDA
+#   train   training tokens/s, ours against MarianMTModel on the same batches: base and big, fp32,
+#           bf16 and fp16, with and without gradient checkpointing, 25,000-token batches, and the
+#           FLOP utilisation against the measured matmul rate (bench/train.py --device cuda)
+#   decode  decoding tokens/s: ours, Transformers' generate, CTranslate2 float16 and int8_float16;
+#           greedy and beam 5, batch 1 and 64 (bench/decode.py --device cuda)
+#   race    en-zh.yaml trained on the GPU for RACE_SECONDS (75), validating every 200 updates:
+#           validation BLEU against time, and the seconds until it reaches TARGET_BLEU (38.93, the
+#           best of the 30-minute CPU run in docs/training.md); then the base size for as long
+#   serve   attn serve on the GPU (the race's run, and its int8 export) under 16 and 64 clients
+#           (bench/http.py --device cuda)
 #
-# On a machine without CUDA it says so and exits with status 0.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export STEPS="${STEPS:-300}" WARMUP="${WARMUP:-20}" MAX_TOKENS="${MAX_TOKENS:-4096}"
+# Everything goes to $OUT (the device tool's folder; bench_results/gpu where it is unset): a JSON
+# per part and gpu_check.log. PARTS picks some parts. Without CUDA it runs the checks on the CPU
+# in smoke mode and says which parts it skipped: the script is proven before a GPU's minutes go.
+#
+#     bash bench/gpu_wheels.sh                     # here, once: what the GPU machine lacks, into .whl/
+#     bash bench/gpu_check.sh                      # there; the device tool carries .whl (carry: [".whl"])
+#     PARTS="checks train" bash bench/gpu_check.sh        # about 6.5 minutes
+#     PARTS="decode race serve" bash bench/gpu_check.sh   # about 5 minutes
+set -uo pipefail
+SCRIPT="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$SCRIPT")/.."
+export OUT="${OUT:-bench_results/gpu}"
+PARTS="${PARTS:-checks train decode race serve}"
+export RACE_SECONDS="${RACE_SECONDS:-75}" TARGET_BLEU="${TARGET_BLEU:-38.93}"
+# race_run NAME SETTINGS...: en-zh.yaml on the GPU for RACE_SECONDS, then its BLEU against time.
+race_run() {
+    local name=$1
+    shift
+    local settings=()
+    for setting in "train.device=cuda" "train.max_minutes=$(python3 -c "print($RACE_SECONDS / 60)")" \
+        "train.valid_every=200" "$@"; do
+        settings+=(--set "$setting")
+    done
+    python3 -m attn_cli train --config en-zh.yaml --set "run_dir=$WORK/$name" "${settings[@]}" || return
+    python3 - "$WORK/$name" "$name" "$TARGET_BLEU" "$OUT/race-$name.json" <<'EOF'
+import json, sys
+from pathlib import Path
 
-exec timeout 290 python3 - <<'EOF'
-import os
-import random
-import sys
-import time
-
-import torch
-
-if not torch.cuda.is_available():
-    print(f"gpu_check: no CUDA device visible to torch {torch.__version__}; nothing to check on this machine")
-    sys.exit(0)
-
-from attn_cli.data.batching import Example, token_batches
-from attn_cli.data.collate import collate
-from attn_cli.model import Transformer
-from attn_cli.training.precision import Precision
-from attn_cli.training.setup import inverse_sqrt_schedule
-from attn_cli.training.step import TrainingObjective, TrainingStep
-
-STEPS, WARMUP, MAX_TOKENS = int(os.environ["STEPS"]), int(os.environ["WARMUP"]), int(os.environ["MAX_TOKENS"])
-if STEPS <= WARMUP:
-    sys.exit(f"gpu_check: STEPS ({STEPS}) must be more than WARMUP ({WARMUP}), the untimed steps")
-VOCAB = 8000
-DEVICE = torch.device("cuda")
-
-# Which fused attention op ran; the math fallback runs as ordinary matmuls and softmax.
-SDPA_OPS = {"aten::_scaled_dot_product_flash_attention": "flash",
-            "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
-            "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
-            "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
-            "aten::_scaled_dot_product_attention_math": "math"}
-
-
-def random_batches(count_tokens: int) -> list:
-    """Random sentences of 5 to 60 tokens, cut into length-bucketed batches by our batcher."""
-    rng = random.Random(0)
-    examples, total = [], 0
-    while total < count_tokens:
-        source, target = rng.randint(5, 60), rng.randint(5, 60)
-        examples.append(Example(len(examples), [rng.randrange(4, VOCAB) for _ in range(source)],
-                                [rng.randrange(4, VOCAB) for _ in range(target)]))
-        total += source + target + 2
-    return [collate([examples[p] for p in positions])
-            for positions in token_batches(examples, MAX_TOKENS, shuffle=True, seed=1)]
-
-
-def sdpa_kernels(update, batch) -> str:
-    # The aten op a CUDA kernel was launched from is recorded on the CPU side; no CUPTI needed.
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        update([batch])
-        torch.cuda.synchronize()
-    keys = {event.key for event in profiler.key_averages()}
-    ran = {SDPA_OPS.get(key, key) for key in keys
-           if key.startswith("aten::_scaled_dot_product") and not key.endswith("_backward")}
-    if ran:
-        return "+".join(sorted(ran))
-    # attn_cli's attention bypasses SDPA where its fused kernel is slow (bf16 on the CPU).
-    return "SDPA not called (explicit matmul and softmax)" if "aten::softmax" in keys else "none found"
-
-
-def run(precision_name: str, checkpointing: bool, batches: list) -> None:
-    torch.manual_seed(0)
-    model = Transformer(VOCAB, VOCAB, d_model=512, num_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6,
-                        dropout=0.1).to(DEVICE)
-    model.gradient_checkpointing = checkpointing
-    optimizer = torch.optim.AdamW(model.parameters(), lr=7e-4, betas=(0.9, 0.98))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(100))
-    precision = Precision(precision_name, "")
-    update = TrainingStep(model, TrainingObjective(model, 0.1), optimizer, scheduler, precision.grad_scaler(DEVICE),
-                          precision, DEVICE, clip_norm=1.0)
-    torch.cuda.reset_peak_memory_stats()
-    losses, skipped, tokens, started = [], 0, 0, None
-    for step in range(STEPS):
-        if step == WARMUP:
-            torch.cuda.synchronize()
-            started, tokens = time.perf_counter(), 0
-        batch = batches[step % len(batches)].to(DEVICE)
-        result = update([batch])
-        losses.append(result.loss)
-        skipped += not result.applied
-        tokens += batch.num_source_tokens + batch.num_target_tokens
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    peak = torch.cuda.max_memory_allocated() / 2**20
-    kernels = sdpa_kernels(update, batches[0].to(DEVICE))
-    print(f"{precision_name:<5} {str(checkpointing):<9} {tokens / seconds:>10,.0f} {peak:>10,.0f} "
-          f"{losses[0]:>7.3f} {losses[-1]:>7.3f} {skipped:>7} {kernels}", flush=True)
-    del model, optimizer, update
-    torch.cuda.empty_cache()
-
-
-print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-print(f"SDPA backends enabled: flash {torch.backends.cuda.flash_sdp_enabled()}, "
-      f"memory-efficient {torch.backends.cuda.mem_efficient_sdp_enabled()}, "
-      f"cuDNN {torch.backends.cuda.cudnn_sdp_enabled()}, math {torch.backends.cuda.math_sdp_enabled()}")
-batches = random_batches(MAX_TOKENS * 64)
-print(f"base size, {STEPS} steps ({WARMUP} warm-up untimed), {len(batches)} batches of up to {MAX_TOKENS:,} tokens")
-print(f"{'prec':<5} {'grad ckpt':<9} {'tok/s':>10} {'peak MiB':>10} {'loss0':>7} {'loss':>7} {'skipped':>7} sdpa kernel")
-for precision_name in ("bf16", "fp16"):
-    for checkpointing in (False, True):
-        run(precision_name, checkpointing, batches)
+run, name, target, out = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
+lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+points = [{"step": m["step"], "seconds": round(m["elapsed"], 1), "valid_bleu": m["valid_bleu"]}
+          for m in lines if "valid_bleu" in m]
+reached = next((p for p in points if p["valid_bleu"] >= target), None)
+for p in points:
+    print(f"  {name}: update {p['step']:>6,}  {p['seconds']:>6.1f} s  validation BLEU {p['valid_bleu']:.2f}")
+print(f"  {name}: " + (f"reached {target} at {reached['seconds']} s (update {reached['step']:,})" if reached
+                       else f"did not reach {target} in its time; best {max((p['valid_bleu'] for p in points), default=0):.2f}"))
+out.write_text(json.dumps({"run": name, "target_bleu": target, "reached": reached, "points": points}, indent=1))
 EOF
+}
+
+if [ "${1:-}" = "--race" ]; then  # the race part, run by this script under its time limit
+    WORK=$2
+    race_run default
+    race_run base model.d_model=512 model.num_heads=8 model.ffn_dim=2048 model.encoder_layers=6 \
+        model.decoder_layers=6 train.lr=7e-4
+    exit
+fi
+WORK="$(mktemp -d /tmp/attn-gpu-check.XXXXXX)"
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+
+# The wheels are for the GPU machine's Python 3.12 (bench/gpu_wheels.sh); elsewhere what is installed serves.
+if compgen -G ".whl/*.whl" >/dev/null && python3 -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))"; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "gpu_check: installing the carried wheels failed"; exit 1; }
+    export PYTHONPATH="/tmp/site"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+CUDA=$(python3 -c "import torch; print(int(torch.cuda.is_available()))")
+python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda,
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device: the CPU, checks only')"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+
+# part NAME SECONDS COMMAND...: runs COMMAND when PARTS names NAME, for at most SECONDS.
+part() {
+    local name=$1 limit=$2
+    shift 2
+    case " $PARTS " in *" $name "*) ;; *) return ;; esac
+    echo "=== $name (at most ${limit} s): $*"
+    local started=$SECONDS
+    timeout --kill-after=10 "$limit" "$@"
+    local status=$?
+    case $status in
+        0) echo "=== $name: done in $((SECONDS - started)) s" ;;
+        124 | 137) echo "=== $name: STOPPED at its limit of ${limit} s" ;;
+        *) echo "=== $name: exit status $status after $((SECONDS - started)) s" ;;
+    esac
+}
+skipped() {
+    case " $PARTS " in *" $1 "*) echo "=== $1: SKIPPED, it needs a CUDA device" ;; esac
+}
+
+if [ "$CUDA" = 1 ]; then
+    part checks 300 python3 -m bench.gpu_checks --device cuda --json "$OUT/gpu_checks.json" --workdir "$WORK/checks"
+    part train 90 python3 -m bench.train --parts step --device cuda --sizes base big --precisions fp32 bf16 fp16 \
+        --checkpointing off on --target-tokens 25000 --length 50 --steps 5 --warmup 2 --json "$OUT/train_step.json"
+    part decode 50 python3 -m bench.decode --device cuda --sizes base --batch-sizes 1 64 --repeats 3 \
+        --workdir "$WORK/decode" --json "$OUT/decode.json"
+    part race $((RACE_SECONDS * 2 + 40)) bash "$SCRIPT" --race "$WORK"
+    if [ -f "$WORK/default/checkpoints/best.pt" ]; then
+        part serve 45 python3 -m bench.http --run "$WORK/default" --device cuda --systems pytorch,int8 \
+            --concurrency 16,64 --seconds 5 --soak-seconds 0 --mixed-seconds 0 --workdir "$WORK/http" \
+            --json "$OUT/serve.json"
+    else
+        case " $PARTS " in *" serve "*) echo "=== serve: SKIPPED, no trained run (the race part makes it)" ;; esac
+    fi
+else
+    part checks 600 python3 -m bench.gpu_checks --smoke --json "$OUT/gpu_checks.json" --workdir "$WORK/checks"
+    for name in train decode race serve; do skipped "$name"; done
+fi
+echo "gpu_check: finished in $SECONDS s; results in $OUT"
+rm -rf "$WORK"

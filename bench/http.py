@@ -49,6 +49,8 @@ Every server listens on 127.0.0.1 only; the load is bounded by --seconds and --m
     python3 -m bench.http --run runs/en-zh --json bench_results/http.json
     python3 -m bench.http --run runs/en-zh --peer ct2-fastapi --workdir /tmp/bh --json bench_results/http.json
     python3 -m bench.http --smoke --json /tmp/http-smoke.json     # a tiny run, attn's servers only
+    python3 -m bench.http --run runs/gpu --device cuda --systems pytorch,int8 --concurrency 16,64 \
+        --soak-seconds 0 --mixed-seconds 0                         # attn serve on a GPU
 
 --workdir DIR keeps the served checkpoint (DIR/http/checkpoint.pt) and int8 export (DIR/http/int8)
 with the decoding settings served, for `python3 -m bench.batch_gain`.
@@ -248,8 +250,9 @@ def request_mix(sentences: list[str], long: list[str], every: int) -> list[str]:
 
 
 def attn_server(name: str, what: list[str], batching: bool, args, work: Path, extra: list[str]) -> ServerProcess:
-    """`attn serve` of `what` on a free port, CPU, --threads threads, batching on or off (not started)."""
-    return attn_serve(name, [*what, "--batching" if batching else "--no-batching", *extra], work, args.threads)
+    """`attn serve` of `what` on a free port, --device, --threads threads, batching on or off (not started)."""
+    arguments = [*what, "--batching" if batching else "--no-batching", *extra]
+    return attn_serve(name, arguments, work, args.threads, args.device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,6 +821,7 @@ def parse_args():
     arguments.add_argument("--warmup", type=int, default=2, help="untimed requests per client before each cell")
     arguments.add_argument("--systems", default=",".join(SYSTEMS), help=f"which of {', '.join(SYSTEMS)}")
     arguments.add_argument("--peer", choices=("libretranslate", "ct2-fastapi"), default="libretranslate")
+    arguments.add_argument("--device", default="cpu", help="where attn serve decodes: cpu, or cuda")
     arguments.add_argument(
         "--libretranslate", default=shutil.which("libretranslate") or "/tmp/lt-venv/bin/libretranslate"
     )

@@ -306,10 +306,13 @@ class ServerProcess:
         self.stop()
 
 
-def attn_serve(name: str, arguments: Sequence[str], log_dir: Path, threads: int = 1) -> ServerProcess:
-    """`attn serve ARGUMENTS` on a free port, CPU, `threads` threads (not started yet)."""
+def attn_serve(
+    name: str, arguments: Sequence[str], log_dir: Path, threads: int = 1, device: str = "cpu"
+) -> ServerProcess:
+    """`attn serve ARGUMENTS` on a free port, on `device` (the CPU unless told), `threads` threads
+    (not started yet)."""
     port = free_port()
-    argv = [sys.executable, "-m", "attn_cli", "serve", *arguments, "--port", str(port), "--device", "cpu"]
+    argv = [sys.executable, "-m", "attn_cli", "serve", *arguments, "--port", str(port), "--device", device]
     argv += ["--threads", str(threads)]
     return ServerProcess(name, argv, port, log_dir / f"{name.replace(' ', '_')}.log", cwd=REPO)
 

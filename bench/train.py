@@ -3,14 +3,15 @@
 Three parts, each selectable with --parts:
 
   step    Target tokens/s of one training step (forward, backward, clipping, AdamW) of ours and of a
-          MarianMTModel of the same dimensions, on the same random batches, in fp32 and bf16
-          (torch.autocast on the CPU for both), medians after warm-up, the two taking steps in
-          turn. Both minimise the same
+          MarianMTModel of the same dimensions, on the same random batches, in fp32, bf16 or fp16
+          (torch.autocast for both; fp16 with a gradient scaler each), with or without gradient
+          checkpointing, on the CPU or a GPU (--device cuda), medians after warm-up, the two taking
+          steps in turn. Both minimise the same
           label-smoothed loss: Transformers through its logits and F.cross_entropy, ours as
           `attn train` does, through TrainingObjective, whose loss projects the hidden states
           chunk by chunk without building the logits. Also model FLOP utilisation:
-          the step's FLOPs (formula below) per second, as a share of a 2048x2048 matmul's FLOP/s in the
-          same precision, measured in the same run.
+          the step's FLOPs (formula below) per second, as a share of a square matmul's FLOP/s in the
+          same precision on the same device (2048 on the CPU, 8192 on a GPU), measured in the same run.
   epoch   One epoch of the Tatoeba corpus with the data and tokenizer settings of configs/en-zh.yaml:
           ours (length-bucketed token batches of train.max_tokens, our TrainingStep, bf16) against
           Seq2SeqTrainer as users run it (group_by_length, 64 sentences per batch, bf16, no
@@ -38,6 +39,8 @@ Writes everything as JSON (by default bench_results/train.json).
     python3 -m bench.train --parts memory --memory-steps 3
     python3 -m bench.train --profile base fp32                  # where our step's time goes
     python3 -m bench.train --parts step --tune-malloc           # no system pays page faults per step
+    python3 -m bench.train --parts step --device cuda --sizes base big --precisions fp32 bf16 fp16 \
+        --checkpointing off on --target-tokens 25000             # on a GPU
     python3 -m bench.train --smoke --json /tmp/train.json       # every part, tiny: checks that it runs
 Needs `pip install -e ".[bench]"` (transformers and accelerate, which Seq2SeqTrainer needs).
 """
@@ -88,8 +91,9 @@ VOCAB = 8000
 SIZES = {
     "small": {"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "layers": 3, "target_tokens": 4096},
     "base": {"d_model": 512, "num_heads": 8, "ffn_dim": 2048, "layers": 6, "target_tokens": 2048},
+    "big": {"d_model": 1024, "num_heads": 16, "ffn_dim": 4096, "layers": 6, "target_tokens": 2048},
 }
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")  # fp16 with a gradient scaler, for both systems
 DROPOUT = 0.1
 LABEL_SMOOTHING = 0.1
 CLIP_NORM = 1.0
@@ -159,39 +163,67 @@ def step_flops(size: str, rows: int, source: int, target: int) -> float:
     return 6.0 * (linear + attention)
 
 
-def one_step(model: torch.nn.Module, loss_of, optimizer: torch.optim.Optimizer, batch, precision: Precision) -> None:
+CPU = torch.device("cpu")
+
+
+def one_step(
+    model: torch.nn.Module,
+    loss_of,
+    optimizer: torch.optim.Optimizer,
+    batch,
+    precision: Precision,
+    device: torch.device = CPU,
+    scaler: torch.amp.GradScaler | None = None,
+) -> None:
     """The step both systems take: forward under autocast, the label-smoothed loss (softmax in
-    fp32) per target token, backward, gradient clipping, AdamW."""
-    with precision.autocast(torch.device("cpu")):
+    fp32) per target token, backward, gradient clipping, AdamW; in fp16 through `scaler`, the
+    system's own gradient scaler (a disabled one scales nothing)."""
+    scaler = scaler or precision.grad_scaler(device)
+    with precision.autocast(device):
         loss_sum = loss_of(model, batch)
-    (loss_sum / batch.num_target_tokens).backward()
+    scaler.scale(loss_sum / batch.num_target_tokens).backward()
+    scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
 
 
 def time_steps_alternating(
-    systems: dict, batches, precision: Precision, warmup: int, steps: int, page_faults: dict | None = None
+    systems: dict,
+    batches,
+    precision: Precision,
+    warmup: int,
+    steps: int,
+    page_faults: dict | None = None,
+    device: torch.device = CPU,
 ) -> dict:
     """Seconds per step of each system: `warmup` untimed steps each, then `steps` rounds in which
     every system takes one timed step in turn (`toolkit.alternate`), so that a slow spell of the
     shared machine falls on all of them rather than on one. `systems` maps a name to (model,
     loss_of). `page_faults`, when given, receives each timed step's minor page faults (memory the
     process touched for the first time since the system handed it out: fresh allocations the
-    allocator mapped from the OS)."""
+    allocator mapped from the OS). On a GPU each timed step ends when the device has finished it."""
     # Both take the fused AdamW: attn's trainer uses it, and so does Transformers' Trainer by default.
     optimizers = {name: adamw(model.parameters(), 1e-4, BETAS, WEIGHT_DECAY) for name, (model, _) in systems.items()}
+    scalers = {name: precision.grad_scaler(device) for name in systems}
+
+    def step_of(name: str, batch) -> None:
+        model, loss_of = systems[name]
+        one_step(model, loss_of, optimizers[name], batch, precision, device, scalers[name])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for index in range(warmup):
-        for name, (model, loss_of) in systems.items():
-            one_step(model, loss_of, optimizers[name], batches[index % len(batches)], precision)
+        for name in systems:
+            step_of(name, batches[index % len(batches)])
 
     def timed_step(name: str):
-        model, loss_of = systems[name]
         taken = itertools.count()  # the timed steps take the batches in turn, as the warm-up did
 
         def step() -> None:
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            one_step(model, loss_of, optimizers[name], batches[next(taken) % len(batches)], precision)
+            step_of(name, batches[next(taken) % len(batches)])
             if page_faults is not None:
                 page_faults.setdefault(name, []).append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 
@@ -211,70 +243,86 @@ def tune_malloc() -> None:
         raise SystemExit("--tune-malloc: glibc's mallopt refused the thresholds")
 
 
-def matmul_peak(precision: str, repeats: int = 10) -> float:
-    """FLOP/s of a 2048x2048 matmul in this precision: the peak the FLOP utilisation is a share of."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
-    for _ in range(2):
-        a @ b
+def matmul_peak(precision: str, repeats: int = 10, device: torch.device = CPU) -> float:
+    """FLOP/s of a square matmul in this precision (2048 on the CPU, 8192 on a GPU, which 2048 does
+    not fill): the peak the FLOP utilisation is a share of."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     seconds = []
-    for _ in range(repeats):
+    for index in range(repeats + 2):  # two untimed
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         started = time.perf_counter()
         a @ b
-        seconds.append(time.perf_counter() - started)
-    return 2 * 2048**3 / median(seconds)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if index >= 2:
+            seconds.append(time.perf_counter() - started)
+    return 2 * n**3 / median(seconds)
 
 
 def bench_step(args: argparse.Namespace) -> dict:
-    peaks = {precision: matmul_peak(precision, 1 if args.smoke else 10) for precision in args.precisions}
+    device = torch.device(args.device)
+    peaks = {precision: matmul_peak(precision, 1 if args.smoke else 10, device) for precision in args.precisions}
     rows_out = []
-    for size in args.sizes:
+    for size, precision, checkpointing in itertools.product(args.sizes, args.precisions, args.checkpointing):
         rows = max(1, (args.target_tokens or SIZES[size]["target_tokens"]) // args.length)
-        batches = random_batches(4, rows, args.length)
+        batches = [batch.to(device) for batch in random_batches(4, rows, args.length)]
         flops = step_flops(size, rows, args.length, args.length)
-        for precision in args.precisions:
-            row = {
-                "size": size,
-                "precision": precision,
-                "rows": rows,
-                "length": args.length,
-                "target_tokens_per_step": rows * args.length,
-                "step_flops": flops,
+        row = {
+            "size": size,
+            "precision": precision,
+            "checkpointing": checkpointing == "on",
+            "device": str(device),
+            "rows": rows,
+            "length": args.length,
+            "target_tokens_per_step": rows * args.length,
+            "step_flops": flops,
+        }
+        ours, hf = build_ours(SIZES[size]).to(device), build_marian(SIZES[size]).to(device)
+        if checkpointing == "on":  # recompute each layer's activations in the backward
+            ours.gradient_checkpointing = True
+            hf.gradient_checkpointing_enable()
+        systems = {"ours": (ours, ours_loss), "hf": (hf, marian_loss)}
+        faults: dict[str, list[int]] = {}
+        timings = time_steps_alternating(
+            systems, batches, Precision(precision, ""), args.warmup, args.steps, faults, device
+        )
+        for name, (model, _) in systems.items():
+            seconds = median(timings[name])
+            row[name] = {
+                "seconds_per_step": seconds,
+                "target_tokens_per_second": rows * args.length / seconds,
+                "flops_per_second": flops / seconds,
+                "mfu": flops / seconds / peaks[precision],
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "minor_page_faults_per_step": median(faults[name]),
             }
-            systems = {"ours": (build_ours(SIZES[size]), ours_loss), "hf": (build_marian(SIZES[size]), marian_loss)}
-            faults: dict[str, list[int]] = {}
-            timings = time_steps_alternating(
-                systems, batches, Precision(precision, ""), args.warmup, args.steps, faults
+            print(
+                f"  step {size} {precision} checkpointing {checkpointing} {name}: "
+                f"{row[name]['target_tokens_per_second']:,.0f} target tok/s",
+                flush=True,
             )
-            for name, (model, _) in systems.items():
-                seconds = median(timings[name])
-                row[name] = {
-                    "seconds_per_step": seconds,
-                    "target_tokens_per_second": rows * args.length / seconds,
-                    "flops_per_second": flops / seconds,
-                    "mfu": flops / seconds / peaks[precision],
-                    "parameters": sum(p.numel() for p in model.parameters()),
-                    "minor_page_faults_per_step": median(faults[name]),
-                }
-                print(
-                    f"  step {size} {precision} {name}: {row[name]['target_tokens_per_second']:,.0f} target tok/s",
-                    flush=True,
-                )
-            del systems
-            row["ours_over_hf"] = row["ours"]["target_tokens_per_second"] / row["hf"]["target_tokens_per_second"]
-            rows_out.append(row)
+        del systems, ours, hf
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        row["ours_over_hf"] = row["ours"]["target_tokens_per_second"] / row["hf"]["target_tokens_per_second"]
+        rows_out.append(row)
     print(
         f"\ntraining step: median of {args.steps} after {args.warmup} warm-up, ours and HF alternating step by step, "
         f"{args.threads} threads, "
-        f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster"
+        + (f"on {torch.cuda.get_device_name(device)}, " if device.type == "cuda" else "")
+        + f"random unpadded batches of {args.length}-token sentences; ratio > 1: ours is faster"
     )
-    print("matmul 2048x2048 peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
-    headers = ["size", "prec", "ours tok/s", "HF tok/s", "ours/HF", "ours GFLOP/s", "HF GFLOP/s"]
+    print("matmul peak: " + ", ".join(f"{p} {v / 1e9:,.1f} GFLOP/s" for p, v in peaks.items()))
+    headers = ["size", "prec", "ckpt", "ours tok/s", "HF tok/s", "ours/HF", "ours GFLOP/s", "HF GFLOP/s"]
     headers += ["ours MFU %", "HF MFU %", "ours faults", "HF faults"]
     table = [
         [
             row["size"],
             row["precision"],
+            "on" if row["checkpointing"] else "off",
             round(row["ours"]["target_tokens_per_second"]),
             round(row["hf"]["target_tokens_per_second"]),
             round(row["ours_over_hf"], 2),
@@ -732,8 +780,12 @@ def main() -> None:
     arguments.add_argument(
         "--parts", nargs="+", choices=["step", "epoch", "memory", "loss"], default=["step", "epoch", "memory", "loss"]
     )
-    arguments.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
-    arguments.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
+    arguments.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["small", "base"])
+    arguments.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=["fp32", "bf16"])
+    arguments.add_argument(
+        "--checkpointing", nargs="+", choices=["off", "on"], default=["off"], help="gradient checkpointing (step part)"
+    )
+    arguments.add_argument("--device", default="cpu", help="where the step part runs: cpu, or cuda (that part only)")
     arguments.add_argument("--steps", type=int, default=10, help="timed steps per case; the median counts")
     arguments.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     arguments.add_argument(
@@ -779,6 +831,8 @@ def main() -> None:
     args = arguments.parse_args()
     if not 0 < args.epoch_fraction <= 1:
         arguments.error("--epoch-fraction must be in (0, 1]")
+    if args.device != "cpu" and args.parts != ["step"]:
+        arguments.error(f"--device {args.device} times the step part alone: add --parts step")
     args.epoch_config = "en-zh.yaml"
     if args.smoke and not args.memory_child:
         args.sizes, args.precisions, args.memory_size, args.memory_steps = ["small"], ["bf16"], "small", 2
