@@ -14,6 +14,7 @@ would add does back-translated monolingual text recover?
 
     python3 -m bench.backtranslation --steps 1000 --json bench_results/backtranslation.json
     python3 -m bench.backtranslation --smoke --json /tmp/backtranslation.json
+    python3 -m bench.backtranslation --steps 500 --reverse /tmp/zh-en   # a zh→en run of an earlier call
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 from bench.toolkit import attn, eval_scores, markdown_table, parser, settings, write_report
 
@@ -79,7 +82,15 @@ def main() -> None:
     )
     arguments.add_argument("--steps", type=int, default=1000, help="updates of each model")
     arguments.add_argument("--beam", type=int, default=5, help="the zh→en model's beam when back-translating")
+    arguments.add_argument(
+        "--reverse",
+        type=Path,
+        help="a zh→en run this script trained before (its workdir's zh-en, copied out: the split is the same), "
+        "back-translating instead of a new one",
+    )
     args = arguments.parse_args()
+    if args.reverse and not (args.reverse / "checkpoints" / "best.pt").is_file():
+        arguments.error(f"--reverse {args.reverse}: no checkpoints/best.pt there; give a trained zh→en run")
     config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
     if args.smoke:
         args.workdir, config = args.workdir / "backtranslation-smoke", "tiny.yaml"
@@ -103,10 +114,12 @@ def main() -> None:
         "data.tgt_lang=en",
     ]
     seconds = {}
-    reverse = w / "zh-en"
-    seconds["zh→en on P"] = train(
-        config, reverse, f"[{{path: '{w / 'P.tsv'}', src_column: 1, tgt_column: 0}}]", chinese_first, budget
-    )
+    reverse = args.reverse.resolve() if args.reverse else w / "zh-en"
+    if not args.reverse:
+        seconds["zh→en on P"] = train(
+            config, reverse, f"[{{path: '{w / 'P.tsv'}', src_column: 1, tgt_column: 0}}]", chinese_first, budget
+        )
+    reverse_steps = torch.load(reverse / "checkpoints" / "best.pt", map_location="cpu", weights_only=False)["step"]
     started = time.perf_counter()
     attn("backtranslate", "--run", reverse, "--input", w / "M.zh", "--output", w / "M-bt.tsv", "--beam", str(args.beam))
     seconds["back-translating M"] = time.perf_counter() - started
@@ -131,7 +144,8 @@ def main() -> None:
     }
     print(
         f"\nP {sizes['P.tsv']:,} pairs, M {sizes['M-real.tsv']:,}; {sizes['test.tsv']:,} test pairs; "
-        f"{config}, {args.steps:,} updates per model; back-translated with beam {args.beam}\n"
+        f"{config}, {args.steps:,} updates per model; back-translated with beam {args.beam} by the zh→en model "
+        f"of {reverse_steps:,} updates\n"
     )
     table = [[name, bleu_, recovered.get(name, "–")] for name, bleu_ in results.items()]
     print(markdown_table(["en→zh model", "test BLEU", "share of the gap to the ceiling recovered"], table))
@@ -142,6 +156,8 @@ def main() -> None:
         "pairs": sizes,
         "config": config,
         "steps": args.steps,
+        "reverse_run": str(reverse),
+        "reverse_steps": reverse_steps,
         "beam": args.beam,
     }
     write_report(args.json, report, args)
