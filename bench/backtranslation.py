@@ -138,7 +138,7 @@ def main() -> None:
         results[name] = bleu(run)
     alone, ceiling = results["P alone"], results["P + M real (ceiling)"]
     recovered = {
-        name: round((results[name] - alone) / (ceiling - alone), 3) if ceiling != alone else None
+        name: round((results[name] - alone) / (ceiling - alone), 3) if ceiling > alone else None
         for name in rows
         if "back-translated" in name
     }
@@ -147,7 +147,9 @@ def main() -> None:
         f"{config}, {args.steps:,} updates per model; back-translated with beam {args.beam} by the zh→en model "
         f"of {reverse_steps:,} updates\n"
     )
-    table = [[name, bleu_, recovered.get(name, "–")] for name, bleu_ in results.items()]
+    if ceiling <= alone:  # more data did not help at this budget: no gap for back-translation to recover
+        print(f"the ceiling ({ceiling}) is not above P alone ({alone}): no gap to recover; give more --steps\n")
+    table = [[name, bleu_, "–" if recovered.get(name) is None else recovered[name]] for name, bleu_ in results.items()]
     print(markdown_table(["en→zh model", "test BLEU", "share of the gap to the ceiling recovered"], table))
     report = {
         "bleu": results,
