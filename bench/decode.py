@@ -316,7 +316,6 @@ def bench_size(size: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
             if isinstance(system, CTranslate2):
                 info["ct2_compute_types"][name] = system.translator.compute_type
                 if quantization == "float32":
-                    marian.to(args.device)
                     info["ct2_float32_greedy_agreement_with_hf"] = ct2_agreement(
                         torch_systems["hf"], system, random_sources(4, args.source_length)
                     )

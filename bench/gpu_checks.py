@@ -41,6 +41,7 @@ reported as not measured. `bench/gpu_check.sh` runs this and the GPU benchmarks 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -54,7 +55,7 @@ from typing import Callable
 
 import torch
 
-from bench.toolkit import REPO, ServerProcess, free_port, parser, post_json, tiny_run, write_report
+from bench.toolkit import REPO, attn, attn_serve, parser, post_json, tiny_run, write_report
 
 SIZES = {
     "tiny": {"d_model": 64, "num_heads": 4, "ffn_dim": 256, "layers": 2},
@@ -158,7 +159,7 @@ def check_training(context: Context) -> Outcome:
             fifth = max(1, context.steps // 5)
             first, last = statistics.mean(losses[:fifth]), statistics.mean(losses[-fifth:])
             row = {"first_fifth": round(first, 3), "last_fifth": round(last, 3)}
-            if not all(map(torch.isfinite, map(torch.tensor, losses))):
+            if not all(map(math.isfinite, losses)):
                 problems.append(f"{size} {precision}: a loss was not finite")
             elif not last < first - 0.5:
                 problems.append(f"{size} {precision}: loss {first:.2f} -> {last:.2f} did not fall")
@@ -303,12 +304,6 @@ def check_decoding(context: Context) -> Outcome:
     return Outcome("decoding", "PASS" if passed else "FAIL", detail, figures)
 
 
-def attn_run(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attn_cli", *arguments], capture_output=True, text=True, cwd=REPO, env=env
-    )
-
-
 def train_in_process(run_dir: Path, device: str, *settings: str, resume: bool = False) -> float:
     """`attn train` of configs/tiny.yaml in this process (where deterministic algorithms are set), in seconds."""
     from typer.testing import CliRunner
@@ -328,6 +323,10 @@ def train_in_process(run_dir: Path, device: str, *settings: str, resume: bool = 
     if result.exit_code != 0:
         raise RuntimeError(f"attn train failed ({result.exit_code}): {result.output[-2000:]}")
     return time.perf_counter() - started
+
+
+def last_checkpoint(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
 
 
 def same_tensors(left, right) -> bool:
@@ -358,25 +357,22 @@ def check_resume(context: Context) -> Outcome:
         train_in_process(resumed, device, "train.max_steps=30", *settings, resume=True)
     finally:
         torch.use_deterministic_algorithms(False)
-    load = lambda run: torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)  # noqa: E731
-    expected, actual = load(straight), load(resumed)
+    expected, actual = last_checkpoint(straight), last_checkpoint(resumed)
     bitwise = (
         actual["step"] == expected["step"] == 30
         and same_tensors(actual["model"], expected["model"])
         and same_tensors(actual["training_state"]["optimizer"], expected["training_state"]["optimizer"])
     )
     figures["bitwise"] = bitwise
-    figures["nondeterministic_equals_deterministic"] = same_tensors(load(free)["model"], expected["model"])
+    figures["nondeterministic_equals_deterministic"] = same_tensors(last_checkpoint(free)["model"], expected["model"])
 
     sources = (straight / "data" / "test.en").read_text(encoding="utf-8").splitlines()[:50]
     source_file = context.workdir / "resume-sources.en"
     source_file.write_text("\n".join(sources) + "\n", encoding="utf-8")
     outputs = {}
     for where in sorted({device, "cpu"}):
-        translated = attn_run("translate", "--run", str(straight), "--device", where, "--input", str(source_file))
-        if translated.returncode != 0:
-            raise RuntimeError(f"attn translate --device {where} failed: {translated.stderr[-1500:]}")
-        outputs[where] = translated.stdout.splitlines()
+        translated = attn("translate", "--run", str(straight), "--device", where, "--input", str(source_file))
+        outputs[where] = translated.splitlines()
     differing = sum(a != b for a, b in zip(outputs[device], outputs["cpu"]))
     figures |= {"translated": len(sources), "differing_on_the_cpu": differing}
     passed = bitwise and differing == 0 and len(outputs["cpu"]) == len(sources)
@@ -437,7 +433,7 @@ def check_torchrun(context: Context) -> Outcome:
         )
         if result.returncode != 0:
             return Outcome("torchrun", "FAIL", f"{steps} updates: exit {result.returncode}: {result.stderr[-600:]}")
-    step = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)["step"]
+    step = last_checkpoint(run_dir)["step"]
     detail = f"torchrun --nproc_per_node=1: 10 updates, resumed to {step} (one process runs without a process group)"
     return Outcome("torchrun", "PASS" if step == 20 else "FAIL", detail, {"last_step": step})
 
@@ -445,9 +441,9 @@ def check_torchrun(context: Context) -> Outcome:
 def check_doctor(context: Context) -> Outcome:
     import json
 
-    result = attn_run(
-        "doctor", "--config", "configs/tiny.yaml", "--set", f"train.device={context.device.type}", "--json"
-    )
+    # Its report whatever its exit status: a failed check exits non-zero with the JSON on stdout.
+    doctor = ["doctor", "--config", "configs/tiny.yaml", "--set", f"train.device={context.device.type}", "--json"]
+    result = subprocess.run([sys.executable, "-m", "attn_cli", *doctor], capture_output=True, text=True, cwd=REPO)
     if not result.stdout.strip().startswith("{"):
         return Outcome("doctor", "FAIL", f"exit {result.returncode}: {result.stderr[-600:]}")
     checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
@@ -471,15 +467,11 @@ def check_serve(context: Context) -> Outcome:
     device = context.device.type
     source_file = context.workdir / "serve-sources.en"
     source_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    expected = attn_run("translate", "--run", str(run_dir), "--device", device, "--input", str(source_file))
-    if expected.returncode != 0:
-        raise RuntimeError(f"attn translate failed: {expected.stderr[-1500:]}")
-    port = free_port()
-    argv = [sys.executable, "-m", "attn_cli", "serve", "--run", str(run_dir), "--port", str(port), "--device", device]
-    with ServerProcess("serve", argv, port, context.workdir / "serve.log", cwd=REPO) as server:
-        status, answer = post_json(port, "/translate", {"q": sentences, "source": "en", "target": "zh"})
+    expected = attn("translate", "--run", str(run_dir), "--device", device, "--input", str(source_file))
+    with attn_serve("serve", ["--run", str(run_dir)], context.workdir, device=device) as server:
+        status, answer = post_json(server.port, "/translate", {"q": sentences, "source": "en", "target": "zh"})
     served = answer.get("translatedText") if isinstance(answer, dict) else None
-    same = status == 200 and served == expected.stdout.splitlines()
+    same = status == 200 and served == expected.splitlines()
     detail = f"POST /translate on {device}: {status}, {len(sentences)} sentences, " + (
         "the same as attn translate" if same else f"differs from attn translate: {answer!r:.300}"
     )
