@@ -166,10 +166,10 @@ def check_training(context: Context) -> Outcome:
             if precision == "fp16":
                 update.scaler.update(2.0**60)  # the next backward overflows in fp16
                 before, scale = parameters_copy(model), update.scaler.get_scale()
-                update([batches[0]])
+                counted = update([batches[0]]).applied
                 untouched = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
                 row |= {"overflow_step_skipped": untouched, "scale_after_overflow": update.scaler.get_scale()}
-                if not untouched or not update.scaler.get_scale() < scale:
+                if counted or not untouched or not update.scaler.get_scale() < scale:
                     problems.append(f"{size} fp16: the overflowing update was not skipped by the scaler")
             figures[f"{size} {precision}"] = row
             del model, update

@@ -49,13 +49,14 @@ def test_a_nan_loss_skips_the_update_and_leaves_parameters_unchanged(monkeypatch
     assert not torch.equal(before["tgt_embedding.weight"], model.state_dict()["tgt_embedding.weight"])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_non_finite_gradients_of_a_finite_loss_skip_the_update(precision):
     model = small_model()
     step = make_step(model, precision)
     before = parameters_of(model)
     hook = model.decoder_layers[0].feed_forward[0].bias.register_hook(lambda grad: grad * float("inf"))
     result = step([collate(random_examples(6, seed=0))])
+    # In fp16 the gradient scaler finds the overflow and skips the update itself.
     assert math.isfinite(result.loss) and not result.applied
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters()) and step.scheduler.last_epoch == 0
@@ -70,6 +71,18 @@ def test_fp16_updates_through_the_gradient_scaler():
     assert result.applied and step.scaler.is_enabled()
     assert "scale" in step.scaler.state_dict()
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_an_fp16_update_the_scaler_skips_is_not_counted_and_leaves_the_schedule():
+    model = small_model()
+    step = make_step(model, "fp16")
+    assert step([collate(random_examples(6, seed=0))]).applied and step.scheduler.last_epoch == 1
+    step.scaler.update(2.0**60)  # the next backward overflows in fp16, though the loss is finite
+    before, scale = parameters_of(model), step.scaler.get_scale()
+    result = step([collate(random_examples(6, seed=1))])
+    assert math.isfinite(result.loss) and not result.applied
+    assert step.scaler.get_scale() < scale and step.scheduler.last_epoch == 1
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
 
 
 def test_enough_nonfinite_losses_in_a_row_stop_training_with_advice():

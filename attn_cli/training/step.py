@@ -55,7 +55,7 @@ class TrainingObjective(nn.Module):
 class StepResult:
     loss: float  # mean loss per target token
     target_tokens: int
-    applied: bool  # False: the loss or (with clipping) the gradients were not finite; parameters untouched
+    applied: bool  # False: the loss or (with clipping, or in fp16) the gradients were not finite; parameters untouched
 
 
 class TrainingStep:
@@ -119,15 +119,20 @@ class TrainingStep:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
             # A finite loss can still have non-finite gradients (an overflow in the backward). In
-            # fp16 the scaler skips those updates and lowers its scale; otherwise they are skipped
-            # here. The gradients are already summed over processes, so every process decides alike.
+            # fp16 the scaler skips those updates and lowers its scale (below); otherwise they are
+            # skipped here. The gradients are already summed over processes, so every process decides alike.
             if not self.scaler.is_enabled() and not math.isfinite(norm.item()):
                 self.optimizer.zero_grad(set_to_none=True)
                 return StepResult(loss_total / tokens, tokens, applied=False)
+        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
         self.scaler.update()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        # The scaler lowers its scale exactly when it found overflowed gradients and skipped the
+        # update: that is no update, so the schedule does not advance and the step is not counted.
+        if self.scaler.get_scale() < scale:
+            return StepResult(loss_total / tokens, tokens, applied=False)
+        self.scheduler.step()
         return StepResult(loss_total / tokens, tokens, applied=True)
 
 
