@@ -179,6 +179,10 @@ def ctranslate2_system(
         translator = ctranslate2.Translator(model_dir, device=device, intra_threads=threads, inter_threads=1)
     except Exception as error:  # noqa: BLE001 - whatever fails is reported in the table
         return f"conversion failed: {type(error).__name__}: {error}"
+    try:  # a wheel built for another CUDA than the machine's fails at its first translation
+        translator.translate_batch([[TOKENS[4], TOKENS[EOS_ID]]], max_decoding_length=1)
+    except Exception as error:  # noqa: BLE001
+        return f"cannot translate on {device}: {type(error).__name__}: {error}"
     return CTranslate2(translator, new_tokens)
 
 

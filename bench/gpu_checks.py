@@ -21,13 +21,15 @@ the JSON holds its figures. A check that raises is a FAIL with the error, and th
                 against 30 updates straight: bitwise the same weights and optimizer state, with
                 torch.use_deterministic_algorithms on (and what that costs in seconds); then the
                 checkpoint translates the run's test sources on the CPU as it does on the device.
-  compile       the base size's training step with and without torch.compile (train.compile) in
-                bf16: first losses alike, and tokens/s of each after a warm-up that has seen every
-                batch shape once (a new shape compiles again).
   torchrun      `torchrun --nproc_per_node=1 -m attn_cli train` runs 10 updates and resumes to 20.
-  doctor        `attn doctor` names the GPU, its memory and the attention kernels.
+  doctor        `attn doctor` names the GPU, and the attention kernels torch has enabled.
   serve         `attn serve --run` answers LibreTranslate's POST /translate with `attn translate`'s
                 output for the same sentences.
+  compile       the base size's training step with and without torch.compile (train.compile) in
+                bf16: first losses alike, and tokens/s of each after a warm-up that has seen each
+                of three batch shapes once (a new shape compiles again). Last, being the slowest.
+
+The JSON is written again after each check, so a run stopped at a time limit keeps what it did.
 
     python3 -m bench.gpu_checks --json $OUT/gpu_checks.json              # on a CUDA machine
     python3 -m bench.gpu_checks --device cpu --json /tmp/gpu_checks.json # the same checks, small, on the CPU
@@ -386,7 +388,8 @@ def check_resume(context: Context) -> Outcome:
 
 def check_compile(context: Context) -> Outcome:
     size = context.sizes[-1]
-    batches = [b.to(context.device) for b in random_batches(context.batches, 4096 if size == "base" else 1024)]
+    # Three shapes: each new one compiles again (the second marks lengths dynamic), minutes at base size.
+    batches = [b.to(context.device) for b in random_batches(min(3, context.batches), 4096 if size == "base" else 1024)]
     precision = "bf16" if context.cuda else "fp32"
     figures, first_losses = {"size": size, "precision": precision}, {}
     for compiled in (False, True):
@@ -449,11 +452,17 @@ def check_doctor(context: Context) -> Outcome:
     checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
     found = {name: checks[name]["found"] for name in ("device", "attention kernels", "training step") if name in checks}
     wanted = {"device": torch.cuda.get_device_name(0) if context.cuda else "cpu"}
-    if context.cuda:
-        wanted["attention kernels"] = "memory-efficient"
     missing = [
         f"{name} naming {word!r}" for name, word in wanted.items() if word.lower() not in found.get(name, "").lower()
     ]
+    if context.cuda:  # the kernels it reports are those torch says are enabled
+        reported = checks.get("attention kernels", {}).get("numbers", {})
+        enabled = {
+            "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "cuDNN": torch.backends.cuda.cudnn_sdp_enabled(),
+            "math": torch.backends.cuda.math_sdp_enabled(),
+        }
+        missing += [f"attention kernel {name}={on}" for name, on in enabled.items() if reported.get(name) != on]
     failed = [name for name, check in checks.items() if check["status"] == "fail"]
     detail = " | ".join(f"{name}: {text}" for name, text in found.items())
     if missing or failed:
@@ -484,14 +493,16 @@ CHECKS: dict[str, Callable[[Context], Outcome]] = {
     "attention": check_attention,
     "decoding": check_decoding,
     "resume": check_resume,
-    "compile": check_compile,
     "torchrun": check_torchrun,
     "doctor": check_doctor,
     "serve": check_serve,
+    "compile": check_compile,  # last: the slowest, so a time limit cuts it rather than the others
 }
 
 
-def run_checks(context: Context, names: list[str]) -> list[Outcome]:
+def run_checks(context: Context, names: list[str], report: Callable[[list[Outcome]], None]) -> list[Outcome]:
+    """The checks `names` in turn; `report` gets the outcomes so far after each (a run stopped at a
+    time limit keeps what it finished)."""
     outcomes = []
     for name in names:
         started = time.perf_counter()
@@ -502,6 +513,7 @@ def run_checks(context: Context, names: list[str]) -> list[Outcome]:
         outcome.figures["seconds"] = round(time.perf_counter() - started, 1)
         print(f"{outcome.status} {outcome.name}: {outcome.detail} ({outcome.figures['seconds']} s)", flush=True)
         outcomes.append(outcome)
+        report(outcomes)
         if context.cuda:
             torch.cuda.empty_cache()
     return outcomes
@@ -528,12 +540,15 @@ def main() -> None:
         context = Context(device, sizes, workdir, args.steps, batches=2 if args.smoke else 8)
         where = torch.cuda.get_device_name(0) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
         print(f"gpu_checks on {where}, torch {torch.__version__}, sizes {', '.join(context.sizes)}", flush=True)
-        outcomes = run_checks(context, args.only)
+        header = {"device": where, "torch": torch.__version__, "sizes": context.sizes}
+
+        def report(outcomes: list[Outcome]) -> None:
+            write_report(args.json, header | {"checks": [o.__dict__ for o in outcomes]}, args)
+
+        outcomes = run_checks(context, args.only, report)
     failed = [o.name for o in outcomes if o.status == "FAIL"]
     passed = f"{len(outcomes) - len(failed)} of {len(outcomes)} checks passed"
     print(passed + (f"; failed: {', '.join(failed)}" if failed else ""))
-    report = {"device": where, "torch": torch.__version__, "sizes": context.sizes}
-    write_report(args.json, report | {"checks": [o.__dict__ for o in outcomes]}, args)
     sys.exit(1 if failed else 0)
 
 

@@ -301,7 +301,8 @@ def bench_step(args: argparse.Namespace) -> dict:
             }
             print(
                 f"  step {size} {precision} checkpointing {checkpointing} {name}: "
-                f"{row[name]['target_tokens_per_second']:,.0f} target tok/s",
+                f"{row[name]['target_tokens_per_second']:,.0f} target tok/s, {100 * row[name]['mfu']:.1f}% of the "
+                f"measured {precision} matmul rate",
                 flush=True,
             )
         del systems, ours, hf

@@ -98,12 +98,13 @@ def _attention_kernels(device: torch.device) -> Check:
         backends = {
             "flash": torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.is_flash_attention_available(),
             "memory-efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "cuDNN": torch.backends.cuda.cudnn_sdp_enabled(),
             "math": torch.backends.cuda.math_sdp_enabled(),
         }
         enabled = [name for name, on in backends.items() if on]
         found = (
             f"SDPA backends enabled: {', '.join(enabled) or 'none'}; attn passes padding masks, which the "
-            f"memory-efficient kernel takes (flash takes none)"
+            f"memory-efficient and cuDNN kernels take (flash takes none)"
         )
         if not backends["memory-efficient"]:
             return Check(
