@@ -19,8 +19,9 @@
 #           CUDA 12's cuBLAS) under 16 and 64 clients (bench/http.py --device cuda)
 #
 # Everything goes to $OUT (the device tool's folder; bench_results/gpu where it is unset): a JSON
-# per part and gpu_check.log (every figure is in the log too, for a part stopped before its JSON). PARTS picks some parts. Without CUDA it runs the checks on the CPU
-# in smoke mode and says which parts it skipped: the script is proven before a GPU's minutes go.
+# per part and gpu_check.log (every figure is in the log too, for a part stopped before its JSON).
+# PARTS picks some parts. Without CUDA it runs the checks on the CPU in smoke mode and says which
+# parts it skipped: the script is proven before a GPU's minutes go.
 #
 #     bash bench/gpu_wheels.sh                     # here, once: what the GPU machine lacks, into .whl/
 #     bash bench/gpu_check.sh                      # there; the device tool carries .whl (carry: [".whl"])
