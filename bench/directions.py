@@ -10,9 +10,13 @@
    the same size. Updates, not minutes, measure the time: an update of one model costs what an
    update of the other does, and a busy machine would make minutes unequal between the rows.
 4. Every model translates test.tsv in its direction(s) with the config's beam search, scored by
-   `attn eval` (BLEU by the target language's sacreBLEU tokenizer).
+   `attn eval` (BLEU by the target language's sacreBLEU tokenizer), twice: with best.pt (chosen by
+   validation every 500 updates; for the both-ways model on the mean of its directions) and with
+   last.pt, the model at the end of its budget. The two differ where validation picked an earlier
+   update.
 
     python3 -m bench.directions --steps 1200 --json bench_results/directions.json
+    python3 -m bench.directions --steps 1200 --rescore ...  # score the runs a call before left in --workdir
     python3 -m bench.directions --smoke --json /tmp/directions.json
 """
 
@@ -43,6 +47,11 @@ def write_split(workdir: Path, max_pairs: int | None, valid_size: int, test_size
     return {name: len(pairs) for name, pairs in parts.items()}
 
 
+def read_pairs(workdir: Path, name: str) -> list[list[str]]:
+    """The pairs of `workdir`'s `name`.tsv as [English, Chinese]."""
+    return [line.split("\t") for line in (workdir / f"{name}.tsv").read_text(encoding="utf-8").splitlines()]
+
+
 def corpus(workdir: Path, name: str, reverse_columns: bool) -> str:
     """A corpus of `workdir`'s split as YAML: English<TAB>Chinese, or read Chinese first."""
     columns = "src_column: 1, tgt_column: 0" if reverse_columns else "src_column: 0, tgt_column: 1"
@@ -56,37 +65,46 @@ def train(config: str, run: Path, data: list[str], budget: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def bleu(run: Path, workdir: Path, source: str, target: str, multi: bool) -> float:
-    """BLEU of `run`'s best checkpoint translating test.tsv from `source` into `target`."""
+def bleu(run: Path, workdir: Path, source: str, target: str, multi: bool, checkpoint: str) -> float:
+    """BLEU of `run`'s `checkpoint` (best.pt or last.pt) translating test.tsv from `source` into `target`."""
     side = {"en": 0, "zh": 1}
-    columns = [line.split("\t") for line in (workdir / "test.tsv").read_text(encoding="utf-8").splitlines()]
+    columns = read_pairs(workdir, "test")
     files = {}
     for language in (source, target):
         files[language] = workdir / f"test.{source}-{target}.{language}"
         files[language].write_text("".join(row[side[language]] + "\n" for row in columns), encoding="utf-8")
     extra = ["--target", target] if multi else []
     output = attn(
-        "eval", "--checkpoint", run / "checkpoints" / "best.pt", "--src", files[source], "--ref", files[target], *extra
+        "eval", "--checkpoint", run / "checkpoints" / checkpoint, "--src", files[source], "--ref", files[target], *extra
     )
     return eval_scores(output)["bleu"]
 
 
 def main() -> None:
+    from attn_cli.checkpoint import load_checkpoint
+
     arguments = parser(__doc__, "tiny.yaml, 1,200 pairs, 3 updates per model, in a new directory")
     arguments.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attn-bench" / "directions")
     arguments.add_argument("--steps", type=int, default=1200, help="updates of each single model")
+    arguments.add_argument(
+        "--rescore", action="store_true", help="score the runs an earlier call left in --workdir, training none"
+    )
     args = arguments.parse_args()
     config, max_pairs, valid_size, test_size = "en-zh.yaml", None, 500, 1000
     if args.smoke:
         args.workdir, config = args.workdir / "directions-smoke", "tiny.yaml"
         max_pairs, valid_size, test_size = 1200, 50, 50
-    shutil.rmtree(args.workdir, ignore_errors=True)
+        args.steps = 3
     args.workdir = args.workdir.resolve()
-    args.workdir.mkdir(parents=True)
-    sizes = write_split(args.workdir, max_pairs, valid_size, test_size)
+    if args.rescore:
+        sizes = {name: len(read_pairs(args.workdir, name)) for name in ("train", "valid", "test")}
+    else:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+        args.workdir.mkdir(parents=True)
+        sizes = write_split(args.workdir, max_pairs, valid_size, test_size)
 
     def budget(steps: int) -> list[str]:
-        return [f"train.max_steps={3 if args.smoke else steps}", "train.max_minutes=null", "data.max_pairs=null"]
+        return [f"train.max_steps={steps}", "train.max_minutes=null", "data.max_pairs=null"]
 
     def single(reverse_columns: bool, source: str, target: str) -> list[str]:
         return [
@@ -105,38 +123,54 @@ def main() -> None:
         "data.tgt_lang=zh",
     ]
     runs = args.workdir / "en-zh", args.workdir / "zh-en", args.workdir / "both"
-    seconds = {
-        "en→zh": train(config, runs[0], single(False, "en", "zh"), budget(args.steps)),
-        "zh→en": train(config, runs[1], single(True, "zh", "en"), budget(args.steps)),
-        "en↔zh": train(config, runs[2], both, budget(2 * args.steps)),
-    }
-    results = {
-        "en→zh": {"en→zh": bleu(runs[0], args.workdir, "en", "zh", False)},
-        "zh→en": {"zh→en": bleu(runs[1], args.workdir, "zh", "en", False)},
-        "en↔zh": {
-            "en→zh": bleu(runs[2], args.workdir, "en", "zh", True),
-            "zh→en": bleu(runs[2], args.workdir, "zh", "en", True),
-        },
-    }
+    seconds: dict[str, float | None] = {"en→zh": None, "zh→en": None, "en↔zh": None}
+    if not args.rescore:
+        seconds = {
+            "en→zh": train(config, runs[0], single(False, "en", "zh"), budget(args.steps)),
+            "zh→en": train(config, runs[1], single(True, "zh", "en"), budget(args.steps)),
+            "en↔zh": train(config, runs[2], both, budget(2 * args.steps)),
+        }
+    results, best_updates = {}, {}
+    for checkpoint in ("best.pt", "last.pt"):
+        results[checkpoint] = {
+            "en→zh": {"en→zh": bleu(runs[0], args.workdir, "en", "zh", False, checkpoint)},
+            "zh→en": {"zh→en": bleu(runs[1], args.workdir, "zh", "en", False, checkpoint)},
+            "en↔zh": {
+                "en→zh": bleu(runs[2], args.workdir, "en", "zh", True, checkpoint),
+                "zh→en": bleu(runs[2], args.workdir, "zh", "en", True, checkpoint),
+            },
+        }
+    for name, run in zip(("en→zh", "zh→en", "en↔zh"), runs):
+        best_updates[name] = load_checkpoint(run / "checkpoints" / "best.pt").step
     print(
         f"\n{sizes['train']:,} training pairs, {sizes['valid']:,} validation, {sizes['test']:,} test; "
         f"{config}, {args.steps:,} updates per direction\n"
     )
     updates = {"en→zh": args.steps, "zh→en": args.steps, "en↔zh": 2 * args.steps}
-    rows = [
-        [name, f"{updates[name]:,}", f"{seconds[name] / 60:.1f}", found.get("en→zh", "–"), found.get("zh→en", "–")]
-        for name, found in results.items()
-    ]
-    print(markdown_table(["model", "updates", "minutes (whole run)", "en→zh BLEU", "zh→en BLEU"], rows))
+    rows = []
+    for name in updates:
+        taken = "–" if seconds[name] is None else f"{seconds[name] / 60:.1f}"
+        scores = [
+            results[checkpoint][name].get(direction, "–")
+            for direction in ("en→zh", "zh→en")
+            for checkpoint in ("best.pt", "last.pt")
+        ]
+        rows.append([name, f"{updates[name]:,}", taken, f"{best_updates[name]:,}", *scores])
+    headers = ["model", "updates", "minutes (whole run)", "best.pt's update", "en→zh BLEU, best.pt", "last.pt"]
+    print(markdown_table([*headers, "zh→en BLEU, best.pt", "last.pt"], rows))
     gaps = {
-        direction: round(results["en↔zh"][direction] - results[direction][direction], 2)
-        for direction in ("en→zh", "zh→en")
+        checkpoint: {
+            direction: round(found["en↔zh"][direction] - found[direction][direction], 2)
+            for direction in ("en→zh", "zh→en")
+        }
+        for checkpoint, found in results.items()
     }
     print(f"\nboth-ways model minus single model: {gaps}")
     report = {
         "results": results,
         "gaps": gaps,
-        "seconds": {name: round(value) for name, value in seconds.items()},
+        "best_updates": best_updates,
+        "seconds": {name: None if value is None else round(value) for name, value in seconds.items()},
         "config": config,
         "steps_per_direction": args.steps,
         "pairs": sizes,
