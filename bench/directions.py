@@ -140,13 +140,14 @@ def main() -> None:
                 "zh→en": bleu(runs[2], args.workdir, "zh", "en", True, checkpoint),
             },
         }
+    updates = {}  # read from the checkpoints, so that --rescore reports what the runs it found trained
     for name, run in zip(("en→zh", "zh→en", "en↔zh"), runs):
         best_updates[name] = load_checkpoint(run / "checkpoints" / "best.pt").step
+        updates[name] = load_checkpoint(run / "checkpoints" / "last.pt").step
     print(
         f"\n{sizes['train']:,} training pairs, {sizes['valid']:,} validation, {sizes['test']:,} test; "
-        f"{config}, {args.steps:,} updates per direction\n"
+        f"{config}, {updates['en→zh']:,} updates per direction\n"
     )
-    updates = {"en→zh": args.steps, "zh→en": args.steps, "en↔zh": 2 * args.steps}
     rows = []
     for name in updates:
         taken = "–" if seconds[name] is None else f"{seconds[name] / 60:.1f}"
@@ -172,7 +173,7 @@ def main() -> None:
         "best_updates": best_updates,
         "seconds": {name: None if value is None else round(value) for name, value in seconds.items()},
         "config": config,
-        "steps_per_direction": args.steps,
+        "steps_per_direction": updates["en→zh"],
         "pairs": sizes,
     }
     write_report(args.json, report, args)
