@@ -5,7 +5,7 @@ teacher's translations; quality, and speed through `attn export` int8.
    --teacher-steps updates.
 2. `attn distill --run TEACHER --student-config ...`: the teacher translates its training sources
    with its beam search (the split made again: no validation or test source among them), and
-   writes the student's config (the built-in student.yaml: 6 encoder layers, 2 decoder layers,
+   writes the student's config (the built-in student.yaml: 4 encoder layers, 2 decoder layers,
    greedy search).
 3. Students of the same size and budget (--student-steps updates): one on the distilled corpus,
    one on the teacher's own training pairs (the built-in corpus, the teacher's held-out sources

@@ -50,7 +50,7 @@ def distill(
     student_config: Optional[Path] = typer.Option(
         None,
         "--student-config",
-        help="Also write a config for a student (the built-in student.yaml: 6 encoder layers, 2 decoder "
+        help="Also write a config for a student (the built-in student.yaml: 4 encoder layers, 2 decoder "
         "layers, greedy search) that trains on the distilled corpus and is scored on the teacher's test split.",
     ),
     student_run: Optional[Path] = typer.Option(
