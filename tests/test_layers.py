@@ -3,6 +3,7 @@ export, serving and training; training -> doctor; everything -> cli), no module 
 through others, and inference stands without training."""
 
 import ast
+import functools
 from pathlib import Path
 
 import attn_cli
@@ -58,6 +59,8 @@ def _imports(path: Path, packages: bool = False) -> dict[str, str]:
             for alias in node.names:  # `from attn_cli.x import y` imports x.y when y is a module
                 submodule = f"{node.module}.{alias.name}"
                 named.append((node.module, submodule if _exists(submodule) else node.module))
+        if not named:
+            continue
         where = f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)} `{ast.unparse(node)}`"
         for name, target in named:
             for package in _packages_run(module, name, target) if packages else []:
@@ -94,6 +97,7 @@ def _layer(module: str) -> str:
     return parts[1]
 
 
+@functools.cache  # parsed once for all the tests: the files do not change while they run
 def _graph(packages: bool = False) -> dict[str, dict[str, str]]:
     """module -> {each attn_cli module it imports: the statement that does}."""
     return {_module_name(path): _imports(path, packages) for path in PACKAGE.rglob("*.py")}
