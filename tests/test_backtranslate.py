@@ -37,6 +37,17 @@ def backtranslate(model, source, output, *flags):
     )
 
 
+def backtranslate_here(model, source, output, *flags):
+    """The same command run in this process (CliRunner): what it writes and refuses, without the
+    seconds a new process takes to start."""
+    from typer.testing import CliRunner
+
+    from attn_cli.cli.app import app
+
+    arguments = ["backtranslate", "--checkpoint", str(model), "-i", str(source), "-o", str(output)]
+    return CliRunner().invoke(app, [*arguments, "--beam", "1", *flags])
+
+
 def test_each_line_is_translated_once_as_translate_gives_it(served_checkpoint, tmp_path):
     from attn_cli.config import DecodeConfig
     from attn_cli.decoding.pipeline import translate
@@ -57,6 +68,7 @@ def test_each_line_is_translated_once_as_translate_gives_it(served_checkpoint, t
     assert (progress.lines, progress.empty, progress.done) == (6, len(wanted) - len(expected), True)
 
 
+@pytest.mark.slow  # three runs of the command in processes of their own, one killed
 def test_killed_halfway_and_run_again_every_line_is_translated_once(served_checkpoint, tmp_path):
     source = write_input(tmp_path / "mono.en", SENTENCES)
     straight = backtranslate(served_checkpoint, source, tmp_path / "straight.tsv", "--chunk-lines", "5")
@@ -93,11 +105,11 @@ def test_work_that_is_not_this_one_is_not_continued(served_checkpoint, tmp_path,
         output.write_text("somebody's\tcorpus\n", encoding="utf-8")
         expected = "not written by an earlier run"
     else:
-        assert backtranslate(served_checkpoint, source, output).returncode == 0
+        assert backtranslate_here(served_checkpoint, source, output).exit_code == 0
         if change == "other input":
             write_input(source, SENTENCES[:4])
         expected = "another input file, another model or other decoding settings"
     flags = ["--beam", "2"] if change == "other settings" else []
-    refused = backtranslate(served_checkpoint, source, output, *flags)
-    assert refused.returncode != 0 and expected in refused.stderr
+    refused = backtranslate_here(served_checkpoint, source, output, *flags)
+    assert refused.exit_code != 0 and expected in refused.stderr
     assert "\n" not in refused.stderr.strip()
