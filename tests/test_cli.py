@@ -141,6 +141,7 @@ def test_console_script_shows_help_with_examples():
         assert "Example:" in help_text and f"attn {command}" in help_text, command
 
 
+@pytest.mark.slow  # a training run
 def test_ctrl_c_saves_the_last_checkpoint_and_says_where(tmp_path, monkeypatch):
     from attn_cli.checkpoint import load_checkpoint
     from attn_cli.training.trainer import Trainer
@@ -491,6 +492,7 @@ def test_translate_refuses_an_ensemble_of_checkpoints_with_different_tokenizers(
     assert "ensemble checkpoints that share one" in result.stderr
 
 
+@pytest.mark.slow  # a training run
 def test_nonfinite_losses_in_a_row_stop_the_run_with_advice(tmp_path, monkeypatch):
     from attn_cli.training import step as training_step
 
@@ -561,6 +563,7 @@ def test_a_run_directory_that_cannot_be_one_is_a_one_line_error(tmp_path):
     assert f"run_dir: {tmp_path / 'a-file'} cannot be a run directory: File exists; give another path" in result.output
 
 
+@pytest.mark.slow  # a training run
 def test_every_checkpoint_is_published_after_its_metrics_line_and_stale_temporaries_go(tmp_path, monkeypatch):
     import json
 
@@ -613,6 +616,7 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_the_other_lines_still_tra
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.slow  # a process of its own
 def test_a_full_stdout_is_one_line(trained_run):
     with open("/dev/full", "w") as full:
         result = subprocess.run(

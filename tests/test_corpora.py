@@ -140,6 +140,7 @@ def test_a_tagged_corpus_trains_weighted_epochs_and_a_typed_tag_encodes_alike(co
     assert len(epoch) - from_general == 2 * domain_size + round(0.5 * domain_size)
 
 
+@pytest.mark.slow  # three training runs
 def test_weighted_tagged_corpora_resume_bitwise(corpora, tmp_path):
     settings = [
         *corpora_settings(corpora, {"weight": 0.3}, {"weight": 1.7, "tag": "<dom>"}),

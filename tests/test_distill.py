@@ -36,6 +36,7 @@ def teacher(trained_run, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow  # a thousand sources translated, a student trained
 def test_the_teacher_translates_its_training_sources_into_a_corpus_and_a_student_config(teacher, tmp_path):
     from attn_cli.config import DecodeConfig
     from attn_cli.data.split import split_corpus

@@ -94,6 +94,7 @@ def test_bleu_early_stopping_needs_validation_bleu():
         tiny_config("train.early_stopping={metric: loss, patience: 0}")
 
 
+@pytest.mark.slow  # a training run
 def test_training_stops_once_validation_stops_improving(tmp_path, monkeypatch):
     from attn_cli.training.trainer import Trainer
 

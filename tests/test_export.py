@@ -121,7 +121,8 @@ def post_ln_run(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("which", ["trained_run", "post_ln_run"])
+# post_ln_run trains a model of its own (slow); trained_run is shared with the fast tests
+@pytest.mark.parametrize("which", ["trained_run", pytest.param("post_ln_run", marks=pytest.mark.slow)])
 def test_a_float32_export_of_a_trained_model_translates_like_attn(tmp_path, request, which):
     """Scores too, and beam search: on a trained model padding and BOS have no probability left,
     so CTranslate2's suppressing them changes nothing (on random weights it renormalises)."""

@@ -43,6 +43,7 @@ def test_auto_never_picks_what_the_device_would_emulate(monkeypatch):
         assert bool(slow_here("bf16", cuda)) is (capability < (8, 0)) and not slow_here("fp16", cuda)
 
 
+@pytest.mark.slow  # a training run
 def test_training_in_an_emulated_precision_says_so_and_what_to_set(monkeypatch, tmp_path):
     from support.runs import train_tiny
 

@@ -114,6 +114,7 @@ def test_resume_without_a_last_checkpoint_says_so(tmp_path):
     assert "nothing to resume" in result.output and "without --resume" in result.output
 
 
+@pytest.mark.slow  # two training runs
 def test_a_run_stopped_while_writing_its_first_last_pt_resumes_from_its_best_and_ends_exactly(straight_run, tmp_path):
     """last.pt is written after best.pt at each validation: a kill between them at the first
     validation leaves best.pt alone, which holds the same resume state."""
@@ -142,6 +143,7 @@ def test_resume_allows_a_longer_run_and_refuses_a_different_model(tmp_path):
         resume_config(reseeded, saved, tmp_path / "last.pt")
 
 
+@pytest.mark.slow  # two training runs
 def test_sigterm_saves_at_an_update_boundary_and_resumes_exactly(straight_run, tmp_path, monkeypatch):
     from attn_cli.training.trainer import Trainer
 

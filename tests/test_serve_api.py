@@ -315,6 +315,7 @@ def test_a_ctranslate2_export_is_served_as_attn_translate_model_decodes_it(serve
         assert "prefix" in client.post("/v1/translate", json={"q": SENTENCES[0], "prefix": "句子"}).json()["error"]
 
 
+@pytest.mark.slow  # two parts of some 160 tokens each, decoded twice
 def test_a_sentence_longer_than_the_model_takes_is_split(served):
     server, client = served
     long_line = " ".join(f"sentence number {i}," for i in range(60))  # some 240 tokens: more than 159

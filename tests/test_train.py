@@ -242,6 +242,7 @@ CPU_ALLOCATOR_FAILURE = (
     [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), RuntimeError(CPU_ALLOCATOR_FAILURE)],
     ids=["cuda", "cpu"],
 )
+@pytest.mark.slow  # a training run
 def test_a_step_out_of_memory_saves_last_pt_and_ends_in_one_line_of_advice(tmp_path, monkeypatch, error):
     from typer.testing import CliRunner
 
