@@ -111,6 +111,7 @@ def test_labels_must_match_the_weights(maps, tmp_path):
         save_attention(tmp_path / "a.json", maps, SOURCE_TOKENS + ["</s>"], TARGET_TOKENS)
 
 
+@pytest.mark.slow  # matplotlib renders a figure
 def test_png_is_written_without_glyph_warnings(maps, tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "figures" / "attention.png"

@@ -427,6 +427,7 @@ def foreign_checkpoint(varied_checkpoint, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # six translations and two evaluations
 def test_translate_and_eval_decode_with_an_ensemble_of_checkpoints(trained_run, varied_checkpoint, tmp_path):
     trained = trained_run / "checkpoints" / "best.pt"
     for beam in ("1", "3"):

@@ -71,6 +71,7 @@ def assert_same_run(actual_dir, expected_dir):
     assert checkpoint(actual_dir, "best.pt")["step"] == checkpoint(expected_dir, "best.pt")["step"]
 
 
+@pytest.mark.slow  # three training runs
 def test_stopping_and_resuming_gives_bitwise_the_uninterrupted_run(straight_run, tmp_path, monkeypatch):
     resumed = tmp_path / "resumed"
     first = train(resumed, "train.max_steps=15")  # stops mid-epoch, between validations

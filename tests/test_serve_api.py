@@ -244,6 +244,7 @@ def _corpus_pairs(count: int = 300) -> list[tuple[str, str]]:
 CORPUS_PAIRS = _corpus_pairs()
 
 
+@pytest.mark.slow  # two models loaded and served
 def test_several_language_pairs_are_served_side_by_side(served_checkpoint, tmp_path):
     """--run A --run B: each request goes to the model of its pair, and translates as that model alone."""
     import dataclasses as dc

@@ -33,6 +33,7 @@ async def _send_while_stopped(server, bodies, path="/translate", queued=None):
 
 
 @pytest.mark.parametrize("batching", [True, False])
+@pytest.mark.slow  # clients in threads, a server's batching waits
 def test_concurrent_requests_decode_together_and_answer_as_alone(served_checkpoint, batching):
     server = server_of(served_checkpoint, batching=batching, turn_work=10**6)  # one turn for all
     sentences = SENTENCES * 3
@@ -212,6 +213,7 @@ def test_a_client_that_goes_away_is_dropped_and_holds_up_nobody(served_checkpoin
     assert stats.cancelled == 1 and stats.sentences == 1, "the departed client's sentence was never decoded"
 
 
+@pytest.mark.slow  # waits out a grace period
 def test_stopping_with_a_grace_ends_even_while_a_decode_is_stuck(served_checkpoint, monkeypatch):
     """SIGTERM's last step: a worker stuck in a decode cannot keep the process from exiting."""
     import threading
@@ -344,6 +346,7 @@ def test_a_decode_whose_clients_all_went_away_stops_between_steps(served_checkpo
     assert waited < 5, f"the short request waited {waited:.1f} s behind a decode nobody wanted"
 
 
+@pytest.mark.slow  # a long request decoded in turns past a timeout
 def test_a_request_whose_decoding_has_begun_is_not_dropped_at_the_timeout(served_checkpoint):
     """The timeout bounds the wait for a request's first turn: a long request decoded in turns for
     longer than it is answered in full, as it is decoded whole."""
@@ -394,6 +397,7 @@ def test_the_queue_counts_work_so_a_wide_beam_is_refused_at_once_when_full(serve
     assert batcher.queued_work == 0, "every answered job's work left the queue"
 
 
+@pytest.mark.slow  # clients in threads, decoded in turns
 def test_a_long_request_goes_in_turns_and_a_short_one_is_answered_between_them(served_checkpoint):
     """Queued behind a long request, a short one waits for one turn of it, not for all of it; the
     long request's translations, decoded in slices, are the ones it gets decoded whole."""
