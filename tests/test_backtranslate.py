@@ -23,13 +23,16 @@ def write_input(path, lines):
     return path
 
 
+def arguments(model, source, output, *flags):
+    """`attn backtranslate`'s arguments with the checkpoint `model`: a random model, which writes
+    something for every line (a tiny trained one ends most outputs at once)."""
+    return ["backtranslate", "--checkpoint", str(model), "-i", str(source), "-o", str(output), "--beam", "1", *flags]
+
+
 def backtranslate(model, source, output, *flags):
-    """`attn backtranslate` with the checkpoint `model`: a random model, which writes something for
-    every line (a tiny trained one ends most outputs at once)."""
+    """The command in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "attn_cli", "backtranslate", "--checkpoint", str(model), "-i", str(source)]
-        + ["-o", str(output)]
-        + ["--beam", "1", *flags],
+        [sys.executable, "-m", "attn_cli", *arguments(model, source, output, *flags)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -44,8 +47,7 @@ def backtranslate_here(model, source, output, *flags):
 
     from attn_cli.cli.app import app
 
-    arguments = ["backtranslate", "--checkpoint", str(model), "-i", str(source), "-o", str(output)]
-    return CliRunner().invoke(app, [*arguments, "--beam", "1", *flags])
+    return CliRunner().invoke(app, arguments(model, source, output, *flags))
 
 
 def test_each_line_is_translated_once_as_translate_gives_it(served_checkpoint, tmp_path):
@@ -76,8 +78,7 @@ def test_killed_halfway_and_run_again_every_line_is_translated_once(served_check
 
     output = tmp_path / "bt.tsv"
     progress = tmp_path / "bt.tsv.progress.json"
-    command = [sys.executable, "-m", "attn_cli", "backtranslate", "--checkpoint", str(served_checkpoint)]
-    command += ["-i", str(source), "-o", str(output), "--beam", "1", "--chunk-lines", "5"]
+    command = [sys.executable, "-m", "attn_cli", *arguments(served_checkpoint, source, output, "--chunk-lines", "5")]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
